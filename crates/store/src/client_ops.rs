@@ -1,0 +1,315 @@
+//! What replicas do on behalf of clients: create, read, answer input, cancel.
+
+use serde_json::{Map, Value};
+use sqlx::{Postgres, Transaction};
+
+use crate::record::TaskRow;
+use crate::{Lookup, Owner, Result, Store, TaskId, TaskRecord, notify};
+
+/// Columns every statement that finishes a task sets: clears the lease and the runnable
+/// mark, and raises ttl_ms so the task stays readable for its retention period.
+macro_rules! finish_columns {
+    () => {
+        "finished_at = now(),
+         updated_at = now(),
+         version = version + 1,
+         run_after = NULL,
+         lease_owner = NULL,
+         lease_expires_at = NULL,
+         input_requests = NULL,
+         ttl_ms = mcp_tasks_retained_ttl(created_at, ttl_ms, retention_ms),
+         expires_at = created_at
+             + mcp_tasks_retained_ttl(created_at, ttl_ms, retention_ms) * interval '1 millisecond'"
+    };
+}
+pub(crate) use finish_columns;
+
+/// A task about to be created.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub tool: String,
+    pub arguments: Value,
+    pub status_message: Option<String>,
+    /// From creation; `None` is unlimited.
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: Option<i64>,
+    /// Minimum time a finished task stays readable.
+    pub retention_ms: i64,
+    pub max_attempts: i32,
+    /// Answers gathered before the task existed (MRTR), visible to the handler.
+    pub input_responses: Map<String, Value>,
+    pub trace_context: Option<Value>,
+}
+
+/// What `tasks/update` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpdateOutcome {
+    /// These keys were outstanding and are now answered. `resumed` is true when no key
+    /// is left and the task is runnable again.
+    Applied { keys: Vec<String>, resumed: bool },
+    /// Nothing was outstanding under the keys given (unknown, superseded, already
+    /// answered, or the task is not waiting for input).
+    Ignored,
+}
+
+/// An answer that does not fit its request. Nothing of the update was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputValidationError {
+    pub key: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The task was not running, so it is now cancelled.
+    Cancelled,
+    /// A worker holds the task; it has been asked to stop.
+    Requested,
+    /// The task had already finished; nothing changed.
+    AlreadyTerminal,
+}
+
+impl Store {
+    /// Creates a task and commits it, so it is readable from every replica as soon as
+    /// this returns.
+    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
+    pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
+        let id = TaskId::random();
+        let row: TaskRow = sqlx::query_as(
+            r"
+            WITH created AS (
+                INSERT INTO tasks (
+                    tenant, principal, id, tool, arguments, trace_context,
+                    status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
+                    input_responses, max_attempts, run_after
+                )
+                VALUES (
+                    $1, $2, $3, $4, $5, $6,
+                    $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
+                    $11, $12, now()
+                )
+                RETURNING *
+            ),
+            wake AS (SELECT pg_notify($13, ''))
+            SELECT created.* FROM created, wake
+            ",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(id.0)
+        .bind(&task.tool)
+        .bind(&task.arguments)
+        .bind(&task.trace_context)
+        .bind(&task.status_message)
+        .bind(task.ttl_ms)
+        .bind(task.poll_interval_ms)
+        .bind(task.retention_ms)
+        .bind(Value::Object(task.input_responses))
+        .bind(task.max_attempts)
+        .bind(notify::RUNNABLE)
+        .fetch_one(self.pool())
+        .await?;
+        row.try_into()
+    }
+
+    #[tracing::instrument(name = "db.task.get", skip_all, err)]
+    pub async fn get_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskRecord>> {
+        let row: Option<TaskRow> =
+            sqlx::query_as("SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3")
+                .bind(&owner.tenant)
+                .bind(&owner.principal)
+                .bind(id.0)
+                .fetch_optional(self.pool())
+                .await?;
+        match row {
+            Some(row) => Ok(Lookup::Found(row.try_into()?)),
+            None => self.missing(self.pool(), owner, id).await,
+        }
+    }
+
+    /// Tells an expired-and-deleted task of this owner from one it never had.
+    async fn missing<'e, T>(
+        &self,
+        executor: impl sqlx::PgExecutor<'e>,
+        owner: &Owner,
+        id: TaskId,
+    ) -> Result<Lookup<T>> {
+        let expired: bool = sqlx::query_scalar(
+            "SELECT EXISTS (
+                 SELECT 1 FROM task_tombstones WHERE tenant = $1 AND principal = $2 AND id = $3
+             )",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(id.0)
+        .fetch_one(executor)
+        .await?;
+        Ok(if expired {
+            Lookup::Expired
+        } else {
+            Lookup::NotFound
+        })
+    }
+
+    async fn lock_task(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        owner: &Owner,
+        id: TaskId,
+    ) -> Result<Lookup<TaskRecord>> {
+        let row: Option<TaskRow> = sqlx::query_as(
+            "SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3 FOR UPDATE",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(id.0)
+        .fetch_optional(&mut **tx)
+        .await?;
+        match row {
+            Some(row) => Ok(Lookup::Found(row.try_into()?)),
+            None => self.missing(&mut **tx, owner, id).await,
+        }
+    }
+
+    /// Applies answers to outstanding input requests, all or nothing, before returning.
+    ///
+    /// `validate(key, request, response)` checks one answer against its request. Keys that
+    /// are not outstanding are ignored without being validated.
+    #[tracing::instrument(name = "db.task.update_inputs", skip_all, err)]
+    pub async fn update_inputs(
+        &self,
+        owner: &Owner,
+        id: TaskId,
+        responses: &Map<String, Value>,
+        validate: impl Fn(&str, &Value, &Value) -> Result<(), String>,
+    ) -> Result<Lookup<Result<UpdateOutcome, InputValidationError>>> {
+        let mut tx = self.pool().begin().await?;
+        let task = match self.lock_task(&mut tx, owner, id).await? {
+            Lookup::Found(task) => task,
+            Lookup::Expired => return Ok(Lookup::Expired),
+            Lookup::NotFound => return Ok(Lookup::NotFound),
+        };
+        let Some(mut outstanding) = task.input_requests else {
+            return Ok(Lookup::Found(Ok(UpdateOutcome::Ignored)));
+        };
+
+        let mut answered = Map::new();
+        for (key, response) in responses {
+            let Some(request) = outstanding.get(key) else {
+                continue;
+            };
+            if let Err(reason) = validate(key, request, response) {
+                return Ok(Lookup::Found(Err(InputValidationError {
+                    key: key.clone(),
+                    reason,
+                })));
+            }
+            answered.insert(key.clone(), response.clone());
+        }
+        if answered.is_empty() {
+            return Ok(Lookup::Found(Ok(UpdateOutcome::Ignored)));
+        }
+        for key in answered.keys() {
+            outstanding.remove(key);
+        }
+        let resumed = outstanding.is_empty();
+        let keys: Vec<String> = answered.keys().cloned().collect();
+
+        sqlx::query(
+            r"
+            UPDATE tasks SET
+                status = CASE WHEN $4 THEN 'working' ELSE 'input_required' END,
+                input_requests = CASE WHEN $4 THEN NULL ELSE $5 END,
+                input_responses = input_responses || $6,
+                run_after = CASE WHEN $4 THEN now() ELSE NULL END,
+                attempt = CASE WHEN $4 THEN 0 ELSE attempt END,
+                status_message = CASE WHEN $4 THEN 'Input received; resuming' ELSE status_message END,
+                updated_at = now(),
+                version = version + 1
+            WHERE tenant = $1 AND principal = $2 AND id = $3 AND status = 'input_required'
+            ",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(id.0)
+        .bind(resumed)
+        .bind(Value::Object(outstanding))
+        .bind(Value::Object(answered))
+        .execute(&mut *tx)
+        .await?;
+        if resumed {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(notify::RUNNABLE)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Lookup::Found(Ok(UpdateOutcome::Applied { keys, resumed })))
+    }
+
+    /// Cooperative cancellation: a task no worker holds is cancelled at once; a held one
+    /// is flagged and its worker told. Finished tasks are left as they are.
+    #[tracing::instrument(name = "db.task.cancel", skip_all, err)]
+    pub async fn cancel_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<CancelOutcome>> {
+        let mut tx = self.pool().begin().await?;
+        let task = match self.lock_task(&mut tx, owner, id).await? {
+            Lookup::Found(task) => task,
+            Lookup::Expired => return Ok(Lookup::Expired),
+            Lookup::NotFound => return Ok(Lookup::NotFound),
+        };
+        if task.status.is_terminal() {
+            return Ok(Lookup::Found(CancelOutcome::AlreadyTerminal));
+        }
+
+        // A lease that has lapsed counts as not held: its worker can no longer write.
+        let held: bool = sqlx::query_scalar(
+            "SELECT lease_expires_at > now() FROM tasks
+             WHERE tenant = $1 AND principal = $2 AND id = $3 AND lease_owner IS NOT NULL",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(id.0)
+        .fetch_optional(&mut *tx)
+        .await?
+        .unwrap_or(false);
+
+        let outcome = if held {
+            sqlx::query(
+                r"
+                WITH flagged AS (
+                    UPDATE tasks SET cancel_requested_at = coalesce(cancel_requested_at, now())
+                    WHERE tenant = $1 AND principal = $2 AND id = $3
+                    RETURNING id
+                )
+                SELECT pg_notify($4, id::text) FROM flagged
+                ",
+            )
+            .bind(&owner.tenant)
+            .bind(&owner.principal)
+            .bind(id.0)
+            .bind(notify::CANCEL)
+            .execute(&mut *tx)
+            .await?;
+            CancelOutcome::Requested
+        } else {
+            sqlx::query(concat!(
+                "UPDATE tasks SET
+                     status = 'cancelled',
+                     status_message = 'Cancelled at the client''s request',
+                     cancel_requested_at = coalesce(cancel_requested_at, now()),
+                     ",
+                finish_columns!(),
+                "
+                 WHERE tenant = $1 AND principal = $2 AND id = $3"
+            ))
+            .bind(&owner.tenant)
+            .bind(&owner.principal)
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?;
+            CancelOutcome::Cancelled
+        };
+        tx.commit().await?;
+        Ok(Lookup::Found(outcome))
+    }
+}

@@ -1,0 +1,388 @@
+//! What workers do: claim under a fenced lease, heartbeat, and write outcomes that only
+//! land while the lease is still theirs.
+
+use mcp_tasks_wire::ErrorObject;
+use serde_json::{Map, Value};
+
+use crate::client_ops::finish_columns;
+use crate::record::TaskRow;
+use crate::{Owner, Result, Store, TaskId, TaskRecord, notify};
+
+/// The guard on every worker write: the same lease (token), still working, not lapsed.
+macro_rules! fenced {
+    () => {
+        "tenant = $1 AND principal = $2 AND id = $3 AND lease_token = $4
+         AND status = 'working' AND lease_expires_at > now()"
+    };
+}
+
+/// A worker's hold on one task. The token is bumped by every claim, so a lease that was
+/// lost and re-granted to someone else can never write again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: Owner,
+    pub id: TaskId,
+    pub token: i64,
+}
+
+/// A task a worker now holds.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub lease: Lease,
+    pub task: TaskRecord,
+    /// The previous holder's lease lapsed: its worker was lost.
+    pub reclaimed: bool,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    row: TaskRow,
+    reclaimed: bool,
+}
+
+/// A lease that is still held after a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    pub id: TaskId,
+    pub cancel_requested: bool,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    /// A `CallToolResult`, possibly with `isError: true`.
+    Completed(Value),
+    /// A JSON-RPC error.
+    Failed(ErrorObject),
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputOutcome {
+    /// The task is `input_required` and the lease is released.
+    Applied,
+    /// Cancellation was requested meanwhile; the caller should finish as cancelled.
+    CancelRequested,
+    /// The handler asked again under keys already issued for this task.
+    KeyReused(Vec<String>),
+    /// The lease is gone.
+    Stale,
+}
+
+/// Lapsed leases that were finished instead of re-run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RescueReport {
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl Store {
+    /// Claims up to `limit` runnable tasks in one statement. Tasks whose previous lease
+    /// lapsed are reclaimed here too; those with no attempts left are not (see
+    /// [`Store::rescue_lapsed`]).
+    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err)]
+    pub async fn claim(&self, worker: &str, limit: i64, lease_ms: i64) -> Result<Vec<Claimed>> {
+        let rows: Vec<ClaimedRow> = sqlx::query_as(
+            r"
+            WITH candidates AS MATERIALIZED (
+                SELECT tenant, principal, id, lease_owner AS previous_owner
+                FROM tasks
+                WHERE status = 'working'
+                  AND run_after <= now()
+                  AND NOT (lease_owner IS NOT NULL
+                           AND (attempt >= max_attempts OR cancel_requested_at IS NOT NULL))
+                ORDER BY run_after
+                LIMIT $2
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE tasks t SET
+                lease_owner = $1,
+                lease_token = t.lease_token + 1,
+                lease_expires_at = now() + $3 * interval '1 millisecond',
+                run_after = now() + $3 * interval '1 millisecond',
+                attempt = t.attempt + 1
+            FROM candidates c
+            WHERE t.tenant = c.tenant AND t.principal = c.principal AND t.id = c.id
+            RETURNING t.*, c.previous_owner IS NOT NULL AS reclaimed
+            ",
+        )
+        .bind(worker)
+        .bind(limit)
+        .bind(lease_ms)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let task: TaskRecord = r.row.try_into()?;
+                Ok(Claimed {
+                    lease: Lease {
+                        owner: task.owner.clone(),
+                        id: task.id,
+                        token: task.lease_token,
+                    },
+                    task,
+                    reclaimed: r.reclaimed,
+                })
+            })
+            .collect()
+    }
+
+    /// Finishes tasks whose lease lapsed and that must not run again: cancellation was
+    /// requested (cancelled), or every attempt was used (failed, worker lost).
+    #[tracing::instrument(name = "db.lease.rescue", skip_all, err)]
+    pub async fn rescue_lapsed(&self, limit: i64) -> Result<RescueReport> {
+        let statuses: Vec<String> = sqlx::query_scalar(concat!(
+            r"
+            WITH doomed AS MATERIALIZED (
+                SELECT tenant, principal, id
+                FROM tasks
+                WHERE status = 'working'
+                  AND run_after <= now()
+                  AND lease_owner IS NOT NULL
+                  AND (attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
+                LIMIT $1
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE tasks t SET
+                status = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'failed' END,
+                error = CASE WHEN t.cancel_requested_at IS NOT NULL THEN NULL ELSE jsonb_build_object(
+                    'code', -32603,
+                    'message', 'Task failed: the worker running it was lost ' || t.attempt
+                        || ' time(s) and no attempts are left',
+                    'data', jsonb_build_object('reason', 'CRASH_RECOVERY', 'attempts', t.attempt)
+                ) END,
+                status_message = CASE WHEN t.cancel_requested_at IS NOT NULL
+                    THEN 'Cancelled at the client''s request'
+                    ELSE 'CRASH_RECOVERY: the worker running this task was lost' END,
+            ",
+            finish_columns!(),
+            r"
+            FROM doomed d
+            WHERE t.tenant = d.tenant AND t.principal = d.principal AND t.id = d.id
+            RETURNING t.status
+            "
+        ))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let cancelled = statuses.iter().filter(|s| *s == "cancelled").count() as u64;
+        Ok(RescueReport {
+            failed: statuses.len() as u64 - cancelled,
+            cancelled,
+        })
+    }
+
+    /// Extends every lease in `leases` that is still held, in one statement. Leases not
+    /// in the reply are lost.
+    #[tracing::instrument(name = "db.lease.heartbeat", skip_all, fields(leases = leases.len()), err)]
+    pub async fn heartbeat(&self, leases: &[Lease], lease_ms: i64) -> Result<Vec<HeartbeatReply>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tenants: Vec<&str> = leases.iter().map(|l| l.owner.tenant.as_str()).collect();
+        let principals: Vec<&str> = leases.iter().map(|l| l.owner.principal.as_str()).collect();
+        let ids: Vec<uuid::Uuid> = leases.iter().map(|l| l.id.0).collect();
+        let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+        let rows: Vec<(uuid::Uuid, bool)> = sqlx::query_as(
+            r"
+            UPDATE tasks t SET
+                lease_expires_at = now() + $5 * interval '1 millisecond',
+                run_after = now() + $5 * interval '1 millisecond'
+            FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[]) AS h(tenant, principal, id, token)
+            WHERE t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
+              AND t.lease_token = h.token AND t.status = 'working' AND t.lease_expires_at > now()
+            RETURNING t.id, t.cancel_requested_at IS NOT NULL
+            ",
+        )
+        .bind(&tenants)
+        .bind(&principals)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(lease_ms)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, cancel_requested)| HeartbeatReply {
+                id: TaskId(id),
+                cancel_requested,
+            })
+            .collect())
+    }
+
+    /// Sets the status message a client sees. False when the lease is gone.
+    #[tracing::instrument(name = "db.lease.status_message", skip_all, err)]
+    pub async fn set_status_message(&self, lease: &Lease, message: &str) -> Result<bool> {
+        let done = sqlx::query(concat!(
+            "UPDATE tasks SET status_message = $5, updated_at = now(), version = version + 1
+             WHERE ",
+            fenced!(),
+            " AND status_message IS DISTINCT FROM $5"
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
+        .bind(message)
+        .execute(self.pool())
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(true);
+        }
+        // An unchanged message updates nothing; tell that apart from a lost lease.
+        self.holds(lease).await
+    }
+
+    /// Saves the handler's checkpoint, which the next run of this task receives.
+    #[tracing::instrument(name = "db.lease.checkpoint", skip_all, err)]
+    pub async fn save_checkpoint(&self, lease: &Lease, checkpoint: &Value) -> Result<bool> {
+        let done = sqlx::query(concat!("UPDATE tasks SET checkpoint = $5 WHERE ", fenced!()))
+            .bind(&lease.owner.tenant)
+            .bind(&lease.owner.principal)
+            .bind(lease.id.0)
+            .bind(lease.token)
+            .bind(checkpoint)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Whether this lease is still held.
+    pub async fn holds(&self, lease: &Lease) -> Result<bool> {
+        let held: Option<bool> = sqlx::query_scalar(concat!("SELECT true FROM tasks WHERE ", fenced!()))
+            .bind(&lease.owner.tenant)
+            .bind(&lease.owner.principal)
+            .bind(lease.id.0)
+            .bind(lease.token)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(held.is_some())
+    }
+
+    /// Records how the run ended, exactly once: false when the lease is gone, in which
+    /// case nothing was written.
+    #[tracing::instrument(name = "db.lease.finish", skip_all, err)]
+    pub async fn finish(
+        &self,
+        lease: &Lease,
+        finish: &Finish,
+        status_message: Option<&str>,
+    ) -> Result<bool> {
+        let (status, result, error) = match finish {
+            Finish::Completed(result) => ("completed", Some(result.clone()), None),
+            Finish::Failed(error) => ("failed", None, Some(serde_json::to_value(error).unwrap_or(Value::Null))),
+            Finish::Cancelled => ("cancelled", None, None),
+        };
+        let done = sqlx::query(concat!(
+            "UPDATE tasks SET
+                 status = $5,
+                 result = $6,
+                 error = $7,
+                 status_message = coalesce($8, status_message),
+                 ",
+            finish_columns!(),
+            "
+             WHERE ",
+            fenced!()
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
+        .bind(status)
+        .bind(result)
+        .bind(error)
+        .bind(status_message)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Parks the task until its new input requests are answered, releasing the lease.
+    #[tracing::instrument(name = "db.lease.request_input", skip_all, err)]
+    pub async fn request_input(
+        &self,
+        lease: &Lease,
+        requests: &Map<String, Value>,
+        status_message: Option<&str>,
+        checkpoint: Option<&Value>,
+    ) -> Result<InputOutcome> {
+        let keys: Vec<&str> = requests.keys().map(String::as_str).collect();
+        let done = sqlx::query(concat!(
+            "UPDATE tasks SET
+                 status = 'input_required',
+                 input_requests = $5,
+                 issued_keys = issued_keys || $6::text[],
+                 status_message = coalesce($7, status_message),
+                 checkpoint = coalesce($8, checkpoint),
+                 run_after = NULL,
+                 lease_owner = NULL,
+                 lease_expires_at = NULL,
+                 attempt = 0,
+                 updated_at = now(),
+                 version = version + 1
+             WHERE ",
+            fenced!(),
+            " AND cancel_requested_at IS NULL AND NOT (issued_keys && $6::text[])"
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
+        .bind(Value::Object(requests.clone()))
+        .bind(&keys)
+        .bind(status_message)
+        .bind(checkpoint)
+        .execute(self.pool())
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(InputOutcome::Applied);
+        }
+        let why: Option<(bool, Vec<String>)> = sqlx::query_as(concat!(
+            "SELECT cancel_requested_at IS NOT NULL,
+                    ARRAY(SELECT k FROM unnest(issued_keys) AS k WHERE k = ANY($5::text[]))
+             FROM tasks WHERE ",
+            fenced!()
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
+        .bind(&keys)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match why {
+            None => InputOutcome::Stale,
+            Some((true, _)) => InputOutcome::CancelRequested,
+            Some((false, reused)) => InputOutcome::KeyReused(reused),
+        })
+    }
+
+    /// Gives a task back unfinished (worker shutdown), so another worker can start it at
+    /// once. The interrupted run does not count as an attempt.
+    #[tracing::instrument(name = "db.lease.release", skip_all, err)]
+    pub async fn release(&self, lease: &Lease) -> Result<bool> {
+        let released: Option<bool> = sqlx::query_scalar(concat!(
+            "WITH released AS (
+                 UPDATE tasks SET
+                     lease_owner = NULL,
+                     lease_expires_at = NULL,
+                     run_after = now(),
+                     attempt = greatest(attempt - 1, 0)
+                 WHERE ",
+            fenced!(),
+            " RETURNING id
+             )
+             SELECT pg_notify($5, '') IS NOT NULL FROM released"
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
+        .bind(notify::RUNNABLE)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(released.is_some())
+    }
+}

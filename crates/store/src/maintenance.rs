@@ -1,0 +1,106 @@
+//! Expiry and deletion, in bounded batches so no statement holds many locks for long.
+//! Safe to run from every worker at once: each batch skips rows another one has locked.
+
+use crate::client_ops::finish_columns;
+use crate::{Result, Store};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Live tasks past their ttlMs, now failed.
+    pub expired: u64,
+    /// Finished tasks past their (raised) ttlMs, now deleted and tombstoned.
+    pub deleted: u64,
+    /// Tombstones older than their retention, now deleted.
+    pub tombstones_deleted: u64,
+}
+
+impl Store {
+    /// Fails live tasks whose ttlMs (counted from creation) has passed. A worker holding
+    /// one loses its lease at the same moment, because its writes require `working`.
+    #[tracing::instrument(name = "db.maintenance.expire", skip_all, err)]
+    pub async fn expire_overdue(&self, limit: i64) -> Result<u64> {
+        let done = sqlx::query(concat!(
+            r#"
+            WITH overdue AS MATERIALIZED (
+                SELECT tenant, principal, id
+                FROM tasks
+                WHERE expires_at <= now() AND status IN ('working', 'input_required')
+                LIMIT $1
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE tasks t SET
+                status = 'failed',
+                error = '{"code": -32603, "message": "Task has expired"}'::jsonb,
+                status_message = 'Task has expired',
+            "#,
+            finish_columns!(),
+            r"
+            FROM overdue o
+            WHERE t.tenant = o.tenant AND t.principal = o.principal AND t.id = o.id
+            "
+        ))
+        .bind(limit)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes finished tasks whose ttlMs has passed, leaving a tombstone so their owner
+    /// is told "expired" rather than "not found".
+    #[tracing::instrument(name = "db.maintenance.purge", skip_all, err)]
+    pub async fn purge_expired(&self, limit: i64) -> Result<u64> {
+        let done = sqlx::query(
+            r"
+            WITH due AS MATERIALIZED (
+                SELECT tenant, principal, id
+                FROM tasks
+                WHERE expires_at <= now() AND finished_at IS NOT NULL
+                LIMIT $1
+                FOR UPDATE SKIP LOCKED
+            ),
+            gone AS (
+                DELETE FROM tasks t USING due d
+                WHERE t.tenant = d.tenant AND t.principal = d.principal AND t.id = d.id
+                RETURNING t.tenant, t.principal, t.id
+            )
+            INSERT INTO task_tombstones (tenant, principal, id)
+            SELECT tenant, principal, id FROM gone
+            ON CONFLICT DO NOTHING
+            ",
+        )
+        .bind(limit)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Forgets tombstones older than `keep_ms`.
+    #[tracing::instrument(name = "db.maintenance.purge_tombstones", skip_all, err)]
+    pub async fn purge_tombstones(&self, keep_ms: i64, limit: i64) -> Result<u64> {
+        let done = sqlx::query(
+            r"
+            DELETE FROM task_tombstones
+            WHERE (tenant, principal, id) IN (
+                SELECT tenant, principal, id FROM task_tombstones
+                WHERE deleted_at < now() - $1 * interval '1 millisecond'
+                LIMIT $2
+                FOR UPDATE SKIP LOCKED
+            )
+            ",
+        )
+        .bind(keep_ms)
+        .bind(limit)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// One maintenance pass: rescue lapsed leases, expire, delete, forget.
+    pub async fn maintain(&self, batch: i64, tombstone_keep_ms: i64) -> Result<MaintenanceReport> {
+        Ok(MaintenanceReport {
+            expired: self.expire_overdue(batch).await?,
+            deleted: self.purge_expired(batch).await?,
+            tombstones_deleted: self.purge_tombstones(tombstone_keep_ms, batch).await?,
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! A task row as the rest of the service sees it.
+
+use mcp_tasks_wire::{ErrorObject, TaskStatus, TaskView};
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{Owner, StoreError};
+
+/// A task id: a random (v4) UUID, 122 random bits, written in its hyphenated lowercase
+/// form, which is safe in an `Mcp-Name` header as is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub Uuid);
+
+impl TaskId {
+    pub fn random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// Parses the wire form. Only the exact form this service hands out is accepted, so
+    /// a malformed id is rejected before any lookup.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.len() != 36 || s.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        Uuid::try_parse(s).ok().map(Self)
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// Every column of a task row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct TaskRow {
+    tenant: String,
+    principal: String,
+    id: Uuid,
+    tool: String,
+    arguments: Value,
+    trace_context: Option<Value>,
+    status: String,
+    status_message: Option<String>,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+    finished_at: Option<OffsetDateTime>,
+    ttl_ms: Option<i64>,
+    poll_interval_ms: Option<i64>,
+    retention_ms: i64,
+    result: Option<Value>,
+    error: Option<Value>,
+    input_requests: Option<Value>,
+    input_responses: Value,
+    issued_keys: Vec<String>,
+    checkpoint: Option<Value>,
+    lease_owner: Option<String>,
+    lease_token: i64,
+    lease_expires_at: Option<OffsetDateTime>,
+    attempt: i32,
+    max_attempts: i32,
+    cancel_requested_at: Option<OffsetDateTime>,
+    version: i64,
+}
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    pub owner: Owner,
+    pub id: TaskId,
+    pub tool: String,
+    pub arguments: Value,
+    pub trace_context: Option<Value>,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: Option<i64>,
+    pub retention_ms: i64,
+    pub result: Option<Value>,
+    pub error: Option<ErrorObject>,
+    pub input_requests: Option<Map<String, Value>>,
+    pub input_responses: Map<String, Value>,
+    pub issued_keys: Vec<String>,
+    pub checkpoint: Option<Value>,
+    pub lease_owner: Option<String>,
+    pub lease_token: i64,
+    pub lease_expires_at: Option<OffsetDateTime>,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub cancel_requested_at: Option<OffsetDateTime>,
+    pub version: i64,
+}
+
+impl TryFrom<TaskRow> for TaskRecord {
+    type Error = StoreError;
+
+    fn try_from(row: TaskRow) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("task {}: {what}", row.id));
+        let status = row.status.parse().map_err(|e: String| corrupt(&e))?;
+        let error = row
+            .error
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|_| corrupt("error is not a JSON-RPC error object"))?;
+        let input_requests = match row.input_requests.clone() {
+            None => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => return Err(corrupt("input_requests is not an object")),
+        };
+        let Value::Object(input_responses) = row.input_responses.clone() else {
+            return Err(corrupt("input_responses is not an object"));
+        };
+        Ok(Self {
+            owner: Owner {
+                tenant: row.tenant,
+                principal: row.principal,
+            },
+            id: TaskId(row.id),
+            tool: row.tool,
+            arguments: row.arguments,
+            trace_context: row.trace_context,
+            status,
+            status_message: row.status_message,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            finished_at: row.finished_at,
+            ttl_ms: row.ttl_ms,
+            poll_interval_ms: row.poll_interval_ms,
+            retention_ms: row.retention_ms,
+            result: row.result,
+            error,
+            input_requests,
+            input_responses,
+            issued_keys: row.issued_keys,
+            checkpoint: row.checkpoint,
+            lease_owner: row.lease_owner,
+            lease_token: row.lease_token,
+            lease_expires_at: row.lease_expires_at,
+            attempt: row.attempt,
+            max_attempts: row.max_attempts,
+            cancel_requested_at: row.cancel_requested_at,
+            version: row.version,
+        })
+    }
+}
+
+impl TaskRecord {
+    /// What `tasks/get` shows of this task.
+    pub fn view(&self) -> TaskView {
+        TaskView {
+            task_id: self.id.to_string(),
+            status: self.status,
+            status_message: self.status_message.clone(),
+            created_at: self.created_at,
+            last_updated_at: self.updated_at,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            input_requests: self.input_requests.clone().map(Value::Object),
+            result: self.result.clone(),
+            error: self.error.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_round_trip_and_reject_other_forms() {
+        let id = TaskId::random();
+        assert_eq!(TaskId::parse(&id.to_string()), Some(id));
+        assert_eq!(id.0.get_version_num(), 4);
+        for bad in [
+            "",
+            "tasks-conformance-nonexistent-12345",
+            "6F9619FF-8B86-D011-B42D-00CF4FC964FF",
+            "6f9619ff8b86d011b42d00cf4fc964ff",
+            "{6f9619ff-8b86-d011-b42d-00cf4fc964ff}",
+            "6f9619ff-8b86-d011-b42d-00cf4fc964fg",
+        ] {
+            assert_eq!(TaskId::parse(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The tools one process serves, with their argument validators compiled once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::{Tool, packs};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("unknown tool pack {0:?} (known packs: {known})", known = packs::NAMES.join(", "))]
+    UnknownPack(String),
+    #[error("tool {0:?} is defined twice")]
+    Duplicate(String),
+    #[error("tool {name:?} has an invalid inputSchema: {reason}")]
+    InvalidSchema { name: String, reason: String },
+    #[error("{0}")]
+    InvalidTool(String),
+}
+
+struct Entry {
+    tool: Tool,
+    validator: jsonschema::Validator,
+}
+
+/// An immutable set of tools. `tools/list` is computed once, so it is identical on every
+/// call and every replica with the same configuration.
+#[derive(Clone)]
+pub struct Registry {
+    entries: Arc<Vec<Entry>>,
+    by_name: Arc<HashMap<String, usize>>,
+    list: Arc<Value>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.entries.iter().map(|e| &e.tool.name))
+            .finish()
+    }
+}
+
+impl Registry {
+    /// Builds a registry from tools, in the order given (which is the `tools/list` order).
+    pub fn new(tools: impl IntoIterator<Item = Tool>) -> Result<Self, RegistryError> {
+        let mut entries = Vec::new();
+        let mut by_name = HashMap::new();
+        for tool in tools {
+            if by_name.contains_key(&tool.name) {
+                return Err(RegistryError::Duplicate(tool.name));
+            }
+            let validator = jsonschema::validator_for(&tool.input_schema).map_err(|e| {
+                RegistryError::InvalidSchema {
+                    name: tool.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            by_name.insert(tool.name.clone(), entries.len());
+            entries.push(Entry { tool, validator });
+        }
+        let list = Value::Array(entries.iter().map(|e| e.tool.descriptor()).collect());
+        Ok(Self {
+            entries: Arc::new(entries),
+            by_name: Arc::new(by_name),
+            list: Arc::new(list),
+        })
+    }
+
+    /// Builds a registry from a comma-separated list of pack names, e.g. `demo,conformance`.
+    pub fn from_packs(spec: &str) -> Result<Self, RegistryError> {
+        let mut tools = Vec::new();
+        for name in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            tools.extend(packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??);
+        }
+        Self::new(tools)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.by_name.get(name).map(|&i| &self.entries[i].tool)
+    }
+
+    /// The `tools` array of `tools/list`.
+    pub fn list(&self) -> &Value {
+        &self.list
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.tool.name.as_str())
+    }
+
+    /// Checks arguments against the tool's inputSchema; the error names what is wrong and
+    /// where, without echoing values.
+    pub fn validate_arguments(&self, name: &str, arguments: &Value) -> Result<(), String> {
+        let Some(&i) = self.by_name.get(name) else {
+            return Err(format!("unknown tool {name:?}"));
+        };
+        let errors: Vec<String> = self.entries[i]
+            .validator
+            .iter_errors(arguments)
+            .take(3)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let what = describe(&e);
+                if at.is_empty() {
+                    what
+                } else {
+                    format!("{at}: {what}")
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// A validation error in words, without the offending value (it may be large or secret).
+fn describe(e: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind as K;
+    match e.kind() {
+        K::Required { property } => format!("missing required property {property}"),
+        K::Type { kind } => format!("must be of type {kind:?}"),
+        K::Enum { options } => format!("must be one of {options}"),
+        K::AdditionalProperties { unexpected } => {
+            format!("unexpected properties {}", unexpected.join(", "))
+        }
+        K::Minimum { limit } => format!("must be at least {limit}"),
+        K::Maximum { limit } => format!("must be at most {limit}"),
+        K::MinLength { limit } => format!("must be at least {limit} characters"),
+        K::MaxLength { limit } => format!("must be at most {limit} characters"),
+        _ => "does not match the schema".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn packs_load_and_list_is_stable() {
+        let a = Registry::from_packs("demo,conformance").unwrap();
+        let b = Registry::from_packs("demo, conformance").unwrap();
+        assert_eq!(a.list(), b.list());
+        assert!(a.get("generate_report").is_some());
+        assert!(a.get("slow_compute").is_some());
+        assert!(matches!(
+            Registry::from_packs("nope"),
+            Err(RegistryError::UnknownPack(_))
+        ));
+        assert!(matches!(
+            Registry::from_packs("demo,demo"),
+            Err(RegistryError::Duplicate(_))
+        ));
+    }
+
+    #[test]
+    fn argument_errors_name_the_problem() {
+        let r = Registry::from_packs("conformance").unwrap();
+        assert!(r.validate_arguments("greet", &json!({"name":"x"})).is_ok());
+        let e = r.validate_arguments("greet", &json!({})).unwrap_err();
+        assert!(e.contains("name"), "{e}");
+        let e = r
+            .validate_arguments("slow_compute", &json!({"seconds":"secret-value"}))
+            .unwrap_err();
+        assert!(e.contains("/seconds") && !e.contains("secret-value"), "{e}");
+    }
+}

@@ -1,0 +1,290 @@
+//! The tool definition and its builder.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_tasks_wire::ErrorObject;
+use mcp_tasks_wire::results::text_result;
+use serde_json::{Map, Value, json};
+
+use crate::{InputRequests, ToolContext};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a tool may run. The server decides per call; the client only declares whether
+/// it supports tasks at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionPolicy {
+    /// Runs inside the replica that received the call; never becomes a task.
+    SyncOnly,
+    /// Runs in a worker. A client that declared the Tasks extension gets a task; any
+    /// other client gets the result synchronously (the replica waits, bounded).
+    TaskOptional,
+    /// Runs in a worker and only for clients that declared the Tasks extension; others
+    /// get `-32021`.
+    TaskRequired,
+}
+
+/// How one run of a handler ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A `CallToolResult`. A tool-level failure is `isError: true` here, and the task is
+    /// still `completed`.
+    Complete(Value),
+    /// The handler needs answers before it can go on. Keys must be new for this task.
+    NeedInput(InputRequests),
+    /// The handler stopped because it was asked to.
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Complete(text_result(text, false))
+    }
+
+    /// A tool-level error: the call ran and failed in the tool's own terms.
+    pub fn tool_error(text: impl Into<String>) -> Self {
+        Self::Complete(text_result(text, true))
+    }
+
+    /// Text plus `structuredContent`.
+    pub fn structured(text: impl Into<String>, structured: Value) -> Self {
+        let mut result = text_result(text, false);
+        result["structuredContent"] = structured;
+        Self::Complete(result)
+    }
+}
+
+/// Why a handler did not produce an [`Outcome`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolError {
+    /// A JSON-RPC error: the task ends `failed` with it.
+    Protocol(ErrorObject),
+    /// The run was interrupted (cancelled, lease lost, shutdown); the worker decides
+    /// what to record.
+    Interrupted,
+}
+
+impl From<ErrorObject> for ToolError {
+    fn from(e: ErrorObject) -> Self {
+        Self::Protocol(e)
+    }
+}
+
+pub type ToolResult = Result<Outcome, ToolError>;
+
+pub(crate) type HandlerFn = dyn Fn(ToolContext) -> BoxFuture<'static, ToolResult> + Send + Sync;
+
+/// A check that runs in the replica before a task is created and may ask for input
+/// first (MRTR). It sees the arguments and the answers gathered so far.
+pub type Preflight =
+    dyn Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests> + Send + Sync;
+
+/// A tool: descriptor, policy, limits and handler.
+#[derive(Clone)]
+pub struct Tool {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub policy: ExecutionPolicy,
+    /// Runs allowed when workers are lost mid-run, before the task fails.
+    pub max_attempts: u32,
+    /// Time to live from creation; `None` is unlimited.
+    pub ttl: Option<Duration>,
+    pub poll_interval: Duration,
+    /// Client capabilities every call must declare (a `ClientCapabilities` object).
+    pub required_capabilities: Option<Value>,
+    pub(crate) preflight: Option<Arc<Preflight>>,
+    pub(crate) handler: Arc<HandlerFn>,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .field("max_attempts", &self.max_attempts)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    pub fn builder(name: impl Into<String>) -> ToolBuilder {
+        ToolBuilder {
+            name: name.into(),
+            title: None,
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+            policy: ExecutionPolicy::TaskOptional,
+            max_attempts: 3,
+            ttl: Some(Duration::from_secs(3600)),
+            poll_interval: Duration::from_secs(1),
+            required_capabilities: None,
+            preflight: None,
+            handler: None,
+        }
+    }
+
+    /// The entry in `tools/list`.
+    pub fn descriptor(&self) -> Value {
+        let mut d = Map::new();
+        d.insert("name".into(), json!(self.name));
+        if let Some(title) = &self.title {
+            d.insert("title".into(), json!(title));
+        }
+        d.insert("description".into(), json!(self.description));
+        d.insert("inputSchema".into(), self.input_schema.clone());
+        if let Some(out) = &self.output_schema {
+            d.insert("outputSchema".into(), out.clone());
+        }
+        Value::Object(d)
+    }
+
+    /// Runs the handler once.
+    pub fn run(&self, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        (self.handler)(ctx)
+    }
+
+    /// Runs the preflight check, if the tool has one.
+    pub fn preflight(
+        &self,
+        arguments: &Value,
+        responses: &Map<String, Value>,
+    ) -> Result<(), InputRequests> {
+        match &self.preflight {
+            Some(check) => check(arguments, responses),
+            None => Ok(()),
+        }
+    }
+
+    pub fn has_preflight(&self) -> bool {
+        self.preflight.is_some()
+    }
+}
+
+#[must_use]
+pub struct ToolBuilder {
+    name: String,
+    title: Option<String>,
+    description: String,
+    input_schema: Value,
+    output_schema: Option<Value>,
+    policy: ExecutionPolicy,
+    max_attempts: u32,
+    ttl: Option<Duration>,
+    poll_interval: Duration,
+    required_capabilities: Option<Value>,
+    preflight: Option<Arc<Preflight>>,
+    handler: Option<Arc<HandlerFn>>,
+}
+
+impl ToolBuilder {
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    pub fn policy(mut self, policy: ExecutionPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// `None` means the task never expires.
+    pub fn ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
+    }
+
+    pub fn requires_capabilities(mut self, capabilities: Value) -> Self {
+        self.required_capabilities = Some(capabilities);
+        self
+    }
+
+    pub fn preflight(
+        mut self,
+        check: impl Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.preflight = Some(Arc::new(check));
+        self
+    }
+
+    pub fn handler<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(move |ctx| Box::pin(handler(ctx))));
+        self
+    }
+
+    pub fn build(self) -> Result<Tool, String> {
+        let name = self.name;
+        let handler = self
+            .handler
+            .ok_or_else(|| format!("tool {name:?} has no handler"))?;
+        if name.is_empty() || name.len() > 128 {
+            return Err(format!("tool name {name:?} must be 1 to 128 characters"));
+        }
+        if self.input_schema.get("type") != Some(&json!("object")) {
+            return Err(format!(
+                "tool {name:?}: inputSchema must have \"type\": \"object\""
+            ));
+        }
+        if self.max_attempts == 0 {
+            return Err(format!("tool {name:?}: max_attempts must be at least 1"));
+        }
+        if self.ttl.is_some_and(|t| t.as_millis() == 0) || self.poll_interval.as_millis() == 0 {
+            return Err(format!(
+                "tool {name:?}: ttl and poll interval must be at least 1 ms"
+            ));
+        }
+        Ok(Tool {
+            name,
+            title: self.title,
+            description: self.description,
+            input_schema: self.input_schema,
+            output_schema: self.output_schema,
+            policy: self.policy,
+            max_attempts: self.max_attempts,
+            ttl: self.ttl,
+            poll_interval: self.poll_interval,
+            required_capabilities: self.required_capabilities,
+            preflight: self.preflight,
+            handler,
+        })
+    }
+}

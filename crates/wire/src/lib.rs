@@ -1,0 +1,41 @@
+//! The MCP 2026-07-28 wire format and the Tasks extension (`io.modelcontextprotocol/tasks`).
+//!
+//! This crate does no I/O. It turns bytes and header values into typed messages and back,
+//! and names every constant the rest of the service must agree on. Everything here is
+//! checked against `../shared/spec` (the official JSON Schemas and example messages) by the
+//! crate's tests.
+
+pub mod error;
+pub mod headers;
+pub mod jsonrpc;
+pub mod meta;
+pub mod results;
+pub mod tasks;
+pub mod time_fmt;
+
+pub use error::{ErrorObject, codes};
+pub use jsonrpc::{Incoming, Notification, Request, RequestId, Response};
+pub use meta::{ClientCapabilities, RequestMeta};
+pub use tasks::{TaskStatus, TaskView};
+
+/// The only protocol revision this service speaks.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// Every revision `server/discover` advertises. Older revisions need sessions, which a
+/// stateless replica cannot offer.
+pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
+
+/// Extension identifier of the official Tasks extension.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Reserved `_meta` keys.
+pub mod meta_keys {
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// The 2025-11-25 key that must never appear on an inlined task result.
+    pub const LEGACY_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+}
