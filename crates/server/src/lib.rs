@@ -1,1 +1,119 @@
-//! placeholder
+//! One stateless Streamable HTTP replica (MCP 2026-07-28 with the Tasks extension).
+//!
+//! A replica keeps nothing between requests: every request carries its own protocol
+//! version and capabilities, and every task lives in PostgreSQL. Any replica can answer
+//! any request, so replicas scale behind a plain load balancer.
+//!
+//! The request path, in order (see `http.rs` and `dispatch.rs`): Host/Origin check →
+//! authentication → media type and body size → JSON-RPC envelope → `_meta` → routing
+//! headers → protocol version → method.
+
+mod auth;
+mod config;
+mod dispatch;
+mod error;
+mod http;
+mod legacy;
+mod request_state;
+mod tasks_methods;
+mod tools_call;
+mod trace;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use mcp_tasks_store::Store;
+use mcp_tasks_tools::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{AuthError, Authenticator, NoAuth};
+pub use config::{AllowedHosts, ServerConfig};
+pub use http::router;
+pub use request_state::StateKeys;
+
+/// Everything a request handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    registry: Registry,
+    config: ServerConfig,
+    auth: Arc<dyn Authenticator>,
+    state_keys: StateKeys,
+    shutdown: CancellationToken,
+}
+
+impl AppState {
+    pub fn new(
+        store: Store,
+        registry: Registry,
+        config: ServerConfig,
+        auth: Arc<dyn Authenticator>,
+        state_keys: StateKeys,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                registry,
+                config,
+                auth,
+                state_keys,
+                shutdown,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    fn auth(&self) -> &dyn Authenticator {
+        self.inner.auth.as_ref()
+    }
+
+    fn state_keys(&self) -> &StateKeys {
+        &self.inner.state_keys
+    }
+
+    /// Fires when the replica starts shutting down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and lets
+/// in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Without TCP_NODELAY, bodies written in several pieces (SSE frames, chunked JSON)
+    // stall on Nagle's algorithm for about 40 ms each.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
+    let app = router(state.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            state.shutdown().cancel();
+        })
+        .await
+}

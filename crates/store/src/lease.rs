@@ -101,7 +101,11 @@ impl Store {
                 lease_token = t.lease_token + 1,
                 lease_expires_at = now() + $3 * interval '1 millisecond',
                 run_after = now() + $3 * interval '1 millisecond',
-                attempt = t.attempt + 1
+                attempt = t.attempt + 1,
+                status_message = CASE WHEN t.attempt = 0 THEN 'Running'
+                    ELSE 'Running again (attempt ' || (t.attempt + 1) || '; an earlier worker was lost)' END,
+                updated_at = now(),
+                version = t.version + 1
             FROM candidates c
             WHERE t.tenant = c.tenant AND t.principal = c.principal AND t.id = c.id
             RETURNING t.*, c.previous_owner IS NOT NULL AS reclaimed
@@ -237,26 +241,30 @@ impl Store {
     /// Saves the handler's checkpoint, which the next run of this task receives.
     #[tracing::instrument(name = "db.lease.checkpoint", skip_all, err)]
     pub async fn save_checkpoint(&self, lease: &Lease, checkpoint: &Value) -> Result<bool> {
-        let done = sqlx::query(concat!("UPDATE tasks SET checkpoint = $5 WHERE ", fenced!()))
-            .bind(&lease.owner.tenant)
-            .bind(&lease.owner.principal)
-            .bind(lease.id.0)
-            .bind(lease.token)
-            .bind(checkpoint)
-            .execute(self.pool())
-            .await?;
+        let done = sqlx::query(concat!(
+            "UPDATE tasks SET checkpoint = $5 WHERE ",
+            fenced!()
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
+        .bind(checkpoint)
+        .execute(self.pool())
+        .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Whether this lease is still held.
     pub async fn holds(&self, lease: &Lease) -> Result<bool> {
-        let held: Option<bool> = sqlx::query_scalar(concat!("SELECT true FROM tasks WHERE ", fenced!()))
-            .bind(&lease.owner.tenant)
-            .bind(&lease.owner.principal)
-            .bind(lease.id.0)
-            .bind(lease.token)
-            .fetch_optional(self.pool())
-            .await?;
+        let held: Option<bool> =
+            sqlx::query_scalar(concat!("SELECT true FROM tasks WHERE ", fenced!()))
+                .bind(&lease.owner.tenant)
+                .bind(&lease.owner.principal)
+                .bind(lease.id.0)
+                .bind(lease.token)
+                .fetch_optional(self.pool())
+                .await?;
         Ok(held.is_some())
     }
 
@@ -271,7 +279,11 @@ impl Store {
     ) -> Result<bool> {
         let (status, result, error) = match finish {
             Finish::Completed(result) => ("completed", Some(result.clone()), None),
-            Finish::Failed(error) => ("failed", None, Some(serde_json::to_value(error).unwrap_or(Value::Null))),
+            Finish::Failed(error) => (
+                "failed",
+                None,
+                Some(serde_json::to_value(error).unwrap_or(Value::Null)),
+            ),
             Finish::Cancelled => ("cancelled", None, None),
         };
         let done = sqlx::query(concat!(

@@ -119,12 +119,10 @@ pub struct Store {
 impl Store {
     pub async fn connect(database_url: &str, config: &PoolConfig) -> Result<Self> {
         let options: PgConnectOptions = database_url.parse()?;
-        let options = options
-            .application_name("mcp-tasks")
-            .options([(
-                "statement_timeout",
-                config.statement_timeout.as_millis().to_string(),
-            )]);
+        let options = options.application_name("mcp-tasks").options([(
+            "statement_timeout",
+            config.statement_timeout.as_millis().to_string(),
+        )]);
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)

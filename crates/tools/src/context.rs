@@ -11,8 +11,10 @@ use crate::{BoxFuture, ToolError};
 /// nowhere (a synchronous call in a replica).
 pub trait TaskSink: Send + Sync {
     fn set_status<'a>(&'a self, message: &'a str) -> BoxFuture<'a, Result<(), ContextError>>;
-    fn save_checkpoint<'a>(&'a self, checkpoint: &'a Value)
-    -> BoxFuture<'a, Result<(), ContextError>>;
+    fn save_checkpoint<'a>(
+        &'a self,
+        checkpoint: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ContextError>>;
 }
 
 /// A sink for runs that are not tasks: there is nobody to show a status to.
@@ -118,7 +120,10 @@ impl ToolContext {
         let response = self.response(key)?;
         match response.get("action").and_then(Value::as_str)? {
             "accept" => Some(Elicitation::Accept(
-                response.get("content").and_then(Value::as_object).unwrap_or(&EMPTY),
+                response
+                    .get("content")
+                    .and_then(Value::as_object)
+                    .unwrap_or(&EMPTY),
             )),
             "decline" => Some(Elicitation::Decline),
             "cancel" => Some(Elicitation::Cancel),

@@ -14,7 +14,12 @@ impl InputRequests {
     /// Adds an `elicitation/create` form request. `requested_schema` is a flat object
     /// schema of primitive properties, as the spec restricts elicitation forms.
     #[must_use]
-    pub fn elicit(mut self, key: impl Into<String>, message: impl Into<String>, requested_schema: Value) -> Self {
+    pub fn elicit(
+        mut self,
+        key: impl Into<String>,
+        message: impl Into<String>,
+        requested_schema: Value,
+    ) -> Self {
         self.0.insert(
             key.into(),
             json!({
@@ -69,10 +74,9 @@ pub fn validate_input_response(request: &Value, response: &Value) -> Result<(), 
     };
     match request.get("method").and_then(Value::as_str) {
         Some("elicitation/create") => {
-            let action = response
-                .get("action")
-                .and_then(Value::as_str)
-                .ok_or("an elicitation answer needs \"action\": \"accept\", \"decline\" or \"cancel\"")?;
+            let action = response.get("action").and_then(Value::as_str).ok_or(
+                "an elicitation answer needs \"action\": \"accept\", \"decline\" or \"cancel\"",
+            )?;
             match action {
                 "accept" => {
                     let content = response.get("content").cloned().unwrap_or(json!({}));
@@ -89,7 +93,11 @@ pub fn validate_input_response(request: &Value, response: &Value) -> Result<(), 
                         .take(3)
                         .map(|e| {
                             let at = e.instance_path().to_string();
-                            if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+                            if at.is_empty() {
+                                e.to_string()
+                            } else {
+                                format!("{at}: {e}")
+                            }
                         })
                         .collect();
                     if errors.is_empty() {
@@ -141,10 +149,23 @@ mod tests {
     #[test]
     fn elicitation_answers() {
         let req = confirm();
-        assert!(validate_input_response(&req, &json!({"action":"accept","content":{"confirm":true}})).is_ok());
-        assert!(validate_input_response(&req, &json!({"action":"accept","content":{"confirm":true,"name":"x"}})).is_ok());
+        assert!(
+            validate_input_response(&req, &json!({"action":"accept","content":{"confirm":true}}))
+                .is_ok()
+        );
+        assert!(
+            validate_input_response(
+                &req,
+                &json!({"action":"accept","content":{"confirm":true,"name":"x"}})
+            )
+            .is_ok()
+        );
         assert!(validate_input_response(&req, &json!({"action":"decline"})).is_ok());
-        let err = validate_input_response(&req, &json!({"action":"accept","content":{"confirm":"yes"}})).unwrap_err();
+        let err = validate_input_response(
+            &req,
+            &json!({"action":"accept","content":{"confirm":"yes"}}),
+        )
+        .unwrap_err();
         assert!(err.contains("/confirm"), "{err}");
         assert!(validate_input_response(&req, &json!({"action":"accept","content":{}})).is_err());
         assert!(validate_input_response(&req, &json!({"action":"maybe"})).is_err());
@@ -155,7 +176,13 @@ mod tests {
     #[test]
     fn other_kinds() {
         let sampling = json!({"method":"sampling/createMessage","params":{}});
-        assert!(validate_input_response(&sampling, &json!({"role":"assistant","content":{},"model":"m"})).is_ok());
+        assert!(
+            validate_input_response(
+                &sampling,
+                &json!({"role":"assistant","content":{},"model":"m"})
+            )
+            .is_ok()
+        );
         assert!(validate_input_response(&sampling, &json!({"role":"assistant"})).is_err());
         let roots = json!({"method":"roots/list"});
         assert!(validate_input_response(&roots, &json!({"roots":[]})).is_ok());

@@ -71,7 +71,8 @@ impl Registry {
     pub fn from_packs(spec: &str) -> Result<Self, RegistryError> {
         let mut tools = Vec::new();
         for name in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            tools.extend(packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??);
+            tools
+                .extend(packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??);
         }
         Self::new(tools)
     }

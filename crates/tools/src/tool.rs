@@ -79,8 +79,7 @@ pub(crate) type HandlerFn = dyn Fn(ToolContext) -> BoxFuture<'static, ToolResult
 
 /// A check that runs in the replica before a task is created and may ask for input
 /// first (MRTR). It sees the arguments and the answers gathered so far.
-pub type Preflight =
-    dyn Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests> + Send + Sync;
+pub type Preflight = dyn Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests> + Send + Sync;
 
 /// A tool: descriptor, policy, limits and handler.
 #[derive(Clone)]
@@ -233,10 +232,7 @@ impl ToolBuilder {
 
     pub fn preflight(
         mut self,
-        check: impl Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests>
-        + Send
-        + Sync
-        + 'static,
+        check: impl Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests> + Send + Sync + 'static,
     ) -> Self {
         self.preflight = Some(Arc::new(check));
         self

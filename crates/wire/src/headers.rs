@@ -180,7 +180,10 @@ mod tests {
     #[test]
     fn decodes_values() {
         assert_eq!(decode_value(b"  tools/call\t").unwrap(), "tools/call");
-        assert_eq!(decode_value(b"=?base64?SGVsbG8g8J+Riw==?=").unwrap(), "Hello 👋");
+        assert_eq!(
+            decode_value(b"=?base64?SGVsbG8g8J+Riw==?=").unwrap(),
+            "Hello 👋"
+        );
         assert_eq!(decode_value(b"=?base64?SGk=?=").unwrap(), "Hi");
         // Padding is required, as the conformance suite's probes expect.
         assert!(decode_value(b"=?base64?SGk?=").is_err());
@@ -216,11 +219,46 @@ mod tests {
             method: Some(m.as_bytes()),
             name: n.map(str::as_bytes),
         };
-        assert!(check_request(h("2026-07-28", "tools/call", Some("greet")), &call, Some("2026-07-28")).is_ok());
-        assert!(check_request(h("2026-07-28", "tasks/get", Some("greet")), &call, Some("2026-07-28")).is_err());
-        assert!(check_request(h("2026-07-28", "tools/call", Some("x")), &call, Some("2026-07-28")).is_err());
-        assert!(check_request(h("2026-07-28", "tools/call", None), &call, Some("2026-07-28")).is_err());
-        assert!(check_request(h("2026-07-28", "tools/call", Some("greet")), &call, Some("v999")).is_err());
+        assert!(
+            check_request(
+                h("2026-07-28", "tools/call", Some("greet")),
+                &call,
+                Some("2026-07-28")
+            )
+            .is_ok()
+        );
+        assert!(
+            check_request(
+                h("2026-07-28", "tasks/get", Some("greet")),
+                &call,
+                Some("2026-07-28")
+            )
+            .is_err()
+        );
+        assert!(
+            check_request(
+                h("2026-07-28", "tools/call", Some("x")),
+                &call,
+                Some("2026-07-28")
+            )
+            .is_err()
+        );
+        assert!(
+            check_request(
+                h("2026-07-28", "tools/call", None),
+                &call,
+                Some("2026-07-28")
+            )
+            .is_err()
+        );
+        assert!(
+            check_request(
+                h("2026-07-28", "tools/call", Some("greet")),
+                &call,
+                Some("v999")
+            )
+            .is_err()
+        );
 
         let get = request("tasks/get", json!({"taskId":"abc"}));
         assert!(check_request(h("2026-07-28", "tasks/get", None), &get, None).is_ok());

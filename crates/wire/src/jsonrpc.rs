@@ -260,7 +260,11 @@ mod tests {
             (r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#, -32600, true),
             (r#"{"jsonrpc":"2.0","id":1}"#, -32600, true),
             (r#"{"jsonrpc":"2.0","id":1,"method":5}"#, -32600, true),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#, -32600, true),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+                -32600,
+                true,
+            ),
             (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, -32600, true),
         ] {
             let err = parse(body).unwrap_err();

@@ -20,7 +20,11 @@ impl RequestMeta {
     pub fn from_params(params: &Map<String, Value>) -> Result<Self, ErrorObject> {
         let meta = match params.get("_meta") {
             Some(Value::Object(meta)) => meta,
-            Some(_) => return Err(ErrorObject::invalid_params("params._meta must be an object")),
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(
+                    "params._meta must be an object",
+                ));
+            }
             None => {
                 return Err(ErrorObject::invalid_params(
                     "params._meta is required (with io.modelcontextprotocol/protocolVersion and io.modelcontextprotocol/clientCapabilities)",
@@ -106,8 +110,7 @@ impl ClientCapabilities {
     pub fn can_answer(&self, method: &str, params: Option<&Value>) -> bool {
         match method {
             "elicitation/create" => {
-                let Some(elicitation) = self.0.get("elicitation").and_then(Value::as_object)
-                else {
+                let Some(elicitation) = self.0.get("elicitation").and_then(Value::as_object) else {
                     return false;
                 };
                 let mode = params
@@ -155,7 +158,9 @@ mod tests {
             json!({"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":[]}}),
         ] {
             assert_eq!(
-                RequestMeta::from_params(&params(bad.clone())).unwrap_err().code,
+                RequestMeta::from_params(&params(bad.clone()))
+                    .unwrap_err()
+                    .code,
                 -32602,
                 "{bad}"
             );

@@ -103,7 +103,10 @@ impl TaskView {
                 );
             }
             TaskStatus::Completed => {
-                let mut result = self.result.clone().unwrap_or_else(|| json!({"content": []}));
+                let mut result = self
+                    .result
+                    .clone()
+                    .unwrap_or_else(|| json!({"content": []}));
                 if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
                     meta.remove(meta_keys::LEGACY_RELATED_TASK);
                 }
@@ -158,7 +161,9 @@ mod tests {
             ttl_ms: None,
             poll_interval_ms: Some(500),
             input_requests: Some(json!({"k":{"method":"elicitation/create","params":{}}})),
-            result: Some(json!({"content":[],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t1"}}})),
+            result: Some(
+                json!({"content":[],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t1"}}}),
+            ),
             error: Some(ErrorObject::new(-32603, "boom")),
         }
     }
@@ -178,12 +183,20 @@ mod tests {
     #[test]
     fn detailed_carries_only_its_status_field() {
         let w = Value::Object(view(TaskStatus::Working).get_result());
-        assert!(w.get("inputRequests").is_none() && w.get("result").is_none() && w.get("error").is_none());
+        assert!(
+            w.get("inputRequests").is_none()
+                && w.get("result").is_none()
+                && w.get("error").is_none()
+        );
         let i = Value::Object(view(TaskStatus::InputRequired).get_result());
         assert!(i["inputRequests"]["k"].is_object());
         let c = Value::Object(view(TaskStatus::Completed).get_result());
         assert_eq!(c["resultType"], "complete");
-        assert!(c["result"]["_meta"].get("io.modelcontextprotocol/related-task").is_none());
+        assert!(
+            c["result"]["_meta"]
+                .get("io.modelcontextprotocol/related-task")
+                .is_none()
+        );
         let f = Value::Object(view(TaskStatus::Failed).get_result());
         assert_eq!(f["error"]["code"], -32603);
         assert!(f.get("result").is_none());

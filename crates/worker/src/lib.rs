@@ -1,1 +1,229 @@
-//! placeholder
+//! A worker process: claims runnable tasks under fenced leases, runs their tools, and
+//! records what happened.
+//!
+//! Four loops share one registry of running tasks:
+//! - **claim**: whenever a slot is free, claim up to that many tasks in one statement;
+//!   woken by NOTIFY, with a polling backstop;
+//! - **heartbeat**: every third of a lease, extend all held leases in one statement;
+//!   a lease that was not extended is lost, and a flagged cancellation is passed on;
+//! - **listen**: LISTEN for new work and for cancellations (which then reach the handler
+//!   within milliseconds instead of at the next heartbeat);
+//! - **maintenance**: finish lapsed leases that may not run again, expire overdue tasks,
+//!   delete finished ones past their TTL.
+//!
+//! Every write a run makes is conditional on its lease token, so a worker that lost its
+//! lease can never change the task again, whatever it still believes.
+
+mod executor;
+mod loops;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcp_tasks_store::{Lease, Store, TaskId};
+use mcp_tasks_tools::Registry;
+use mcp_tasks_wire::results::Implementation;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Names this worker in `lease_owner`; unique per process.
+    pub worker_id: String,
+    /// Tasks run at once.
+    pub concurrency: usize,
+    /// Lease length; heartbeats run at a third of it.
+    pub lease: Duration,
+    /// Backstop poll for work when no notification arrives.
+    pub poll_interval: Duration,
+    /// On shutdown, how long running handlers may take to finish before their tasks are
+    /// released to other workers.
+    pub shutdown_grace: Duration,
+    /// After cancellation reaches a handler, how long it may take to stop by itself
+    /// before it is aborted.
+    pub cancel_grace: Duration,
+    pub maintenance_interval: Duration,
+    pub maintenance_batch: i64,
+    /// How long an expired task's owner is told "expired" rather than "not found".
+    pub tombstone_retention: Duration,
+    pub server_info: Implementation,
+}
+
+impl WorkerConfig {
+    pub fn new(server_info: Implementation) -> Self {
+        Self {
+            worker_id: default_worker_id(),
+            concurrency: 16,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(20),
+            cancel_grace: Duration::from_secs(5),
+            maintenance_interval: Duration::from_secs(1),
+            maintenance_batch: 1000,
+            tombstone_retention: Duration::from_secs(7 * 24 * 3600),
+            server_info,
+        }
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// `host-pid-random`: readable in `lease_owner`, unique across restarts.
+pub fn default_worker_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_else(|| "worker".into());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &suffix[..6])
+}
+
+/// Why a running handler is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    /// The client asked for cancellation.
+    CancelRequested,
+    /// The lease is gone: someone else may own the task now.
+    LeaseLost,
+    /// This worker is shutting down.
+    Shutdown,
+}
+
+/// A task this worker holds.
+struct Running {
+    lease: Lease,
+    cancel: CancellationToken,
+    reason: Arc<Mutex<Option<StopReason>>>,
+}
+
+impl Running {
+    fn stop(&self, reason: StopReason) {
+        if let Ok(mut r) = self.reason.lock() {
+            // The first reason wins: a lost lease stays lost even if shutdown follows.
+            r.get_or_insert(reason);
+        }
+        self.cancel.cancel();
+    }
+}
+
+struct Shared {
+    store: Store,
+    registry: Registry,
+    config: WorkerConfig,
+    running: Mutex<HashMap<TaskId, Running>>,
+    /// Something may be claimable.
+    wake: Notify,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+}
+
+impl Shared {
+    fn stop_task(&self, id: TaskId, reason: StopReason) -> bool {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        match running.get(&id) {
+            Some(r) => {
+                r.stop(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn held_leases(&self) -> Vec<Lease> {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.values().map(|r| r.lease.clone()).collect()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("invalid worker configuration: {0}")]
+    Config(String),
+}
+
+/// Runs a worker until `shutdown` fires, then drains: no new claims, running handlers
+/// get `shutdown_grace` to finish, and the tasks still running after that are released
+/// so another worker picks them up at once.
+pub async fn run(
+    store: Store,
+    registry: Registry,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
+    if config.concurrency == 0 {
+        return Err(WorkerError::Config("concurrency must be at least 1".into()));
+    }
+    if config.lease < Duration::from_millis(300) {
+        return Err(WorkerError::Config(
+            "the lease must be at least 300 ms".into(),
+        ));
+    }
+    tracing::info!(
+        worker = %config.worker_id,
+        concurrency = config.concurrency,
+        lease_ms = config.lease.as_millis() as u64,
+        tools = ?registry.names().collect::<Vec<_>>(),
+        "worker starting"
+    );
+    let shared = Arc::new(Shared {
+        slots: Arc::new(Semaphore::new(config.concurrency)),
+        store,
+        registry,
+        config,
+        running: Mutex::new(HashMap::new()),
+        wake: Notify::new(),
+        tracker: TaskTracker::new(),
+    });
+
+    // Heartbeats must outlive the claim loop: they keep leases alive during the drain.
+    let heartbeats_stop = CancellationToken::new();
+    let heartbeat = tokio::spawn(loops::heartbeat(shared.clone(), heartbeats_stop.clone()));
+    let listen = tokio::spawn(loops::listen(shared.clone(), shutdown.clone()));
+    let maintenance = tokio::spawn(loops::maintenance(shared.clone(), shutdown.clone()));
+
+    loops::claim(shared.clone(), shutdown.clone()).await;
+
+    // Drain.
+    shared.tracker.close();
+    let in_flight = shared.held_leases().len();
+    if in_flight > 0 {
+        tracing::info!(
+            in_flight,
+            grace_s = shared.config.shutdown_grace.as_secs(),
+            "shutting down: letting running tasks finish"
+        );
+    }
+    if tokio::time::timeout(shared.config.shutdown_grace, shared.tracker.wait())
+        .await
+        .is_err()
+    {
+        let ids: Vec<TaskId> = shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        tracing::warn!(
+            remaining = ids.len(),
+            "grace period over: releasing unfinished tasks to other workers"
+        );
+        for id in ids {
+            shared.stop_task(id, StopReason::Shutdown);
+        }
+        shared.tracker.wait().await;
+    }
+    heartbeats_stop.cancel();
+    let _ = tokio::join!(heartbeat, listen, maintenance);
+    tracing::info!(worker = %shared.config.worker_id, "worker stopped");
+    Ok(())
+}

@@ -158,10 +158,15 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
 }
 
 async fn slow_compute(ctx: ToolContext) -> ToolResult {
-    let seconds = ctx.arguments().get("seconds").and_then(Value::as_u64).unwrap_or(0);
+    let seconds = ctx
+        .arguments()
+        .get("seconds")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     let label = ctx.str_arg("label").unwrap_or("job").to_owned();
     for done in 0..seconds {
-        ctx.set_status(&format!("Computing {label}: {done} of {seconds} s")).await?;
+        ctx.set_status(&format!("Computing {label}: {done} of {seconds} s"))
+            .await?;
         ctx.sleep(Duration::from_secs(1)).await?;
     }
     Ok(Outcome::text(format!("Computed {label} in {seconds} s.")))
@@ -182,7 +187,9 @@ async fn confirm_delete(ctx: ToolContext) -> ToolResult {
         Some(crate::Elicitation::Accept(c)) if c.get("confirm") == Some(&json!(true)) => {
             Ok(Outcome::text(format!("Deleted {filename}.")))
         }
-        Some(_) => Ok(Outcome::text(format!("Kept {filename}: deletion was not confirmed."))),
+        Some(_) => Ok(Outcome::text(format!(
+            "Kept {filename}: deletion was not confirmed."
+        ))),
     }
 }
 
@@ -210,7 +217,12 @@ async fn multi_input(ctx: ToolContext) -> ToolResult {
                 ),
         ));
     };
-    let name = name.pointer("/content/name").and_then(Value::as_str).unwrap_or("?");
+    let name = name
+        .pointer("/content/name")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
     let confirmed = confirm.pointer("/content/confirm") == Some(&json!(true));
-    Ok(Outcome::text(format!("Got name {name:?}; confirmed: {confirmed}.")))
+    Ok(Outcome::text(format!(
+        "Got name {name:?}; confirmed: {confirmed}."
+    )))
 }

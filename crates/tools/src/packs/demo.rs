@@ -18,9 +18,7 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
     Ok(vec![
         Tool::builder("generate_report")
             .title("Generate report")
-            .description(
-                "Drafts a report outline, asks you to approve it, then writes the report.",
-            )
+            .description("Drafts a report outline, asks you to approve it, then writes the report.")
             .input_schema(json!({
                 "type": "object",
                 "properties": {
@@ -46,7 +44,13 @@ const APPROVE_OUTLINE: &str = "approve_outline";
 async fn generate_report(ctx: ToolContext) -> ToolResult {
     let size = ctx.str_arg("size").unwrap_or("small").to_owned();
     let sections: Vec<String> = match size.as_str() {
-        "large" => vec!["Summary", "Background", "Findings", "Risks", "Recommendations"],
+        "large" => vec![
+            "Summary",
+            "Background",
+            "Findings",
+            "Risks",
+            "Recommendations",
+        ],
         "medium" => vec!["Summary", "Findings", "Recommendations"],
         _ => vec!["Summary", "Findings"],
     }
@@ -60,7 +64,8 @@ async fn generate_report(ctx: ToolContext) -> ToolResult {
                 .await?;
             ctx.sleep(Duration::from_millis(1500)).await?;
             ctx.save_checkpoint(&json!({ "outline": sections })).await?;
-            ctx.set_status("Waiting for the outline to be approved.").await?;
+            ctx.set_status("Waiting for the outline to be approved.")
+                .await?;
             Ok(Outcome::NeedInput(InputRequests::new().elicit(
                 APPROVE_OUTLINE,
                 format!("Approve the generated report outline? ({})", sections.join(", ")),
@@ -72,7 +77,8 @@ async fn generate_report(ctx: ToolContext) -> ToolResult {
             )))
         }
         Some(Elicitation::Accept(content)) if content.get("approved") == Some(&json!(true)) => {
-            ctx.set_status(&format!("Writing the {size} report.")).await?;
+            ctx.set_status(&format!("Writing the {size} report."))
+                .await?;
             ctx.sleep(Duration::from_millis(1000)).await?;
             Ok(Outcome::structured(
                 format!("Generated {size} report with approved outline."),

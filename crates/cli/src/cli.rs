@@ -1,0 +1,429 @@
+//! Command-line interface. Every flag has an environment variable, shown in `--help`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcp_tasks_server::{AllowedHosts, AppState, NoAuth, ServerConfig, StateKeys};
+use mcp_tasks_store::{PoolConfig, Store};
+use mcp_tasks_tools::Registry;
+use mcp_tasks_wire::results::Implementation;
+use mcp_tasks_worker::WorkerConfig;
+use tokio_util::sync::CancellationToken;
+
+use crate::devdb::DevDatabase;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcp-tasks",
+    version,
+    about = "Durable MCP tasks (2026-07-28 + io.modelcontextprotocol/tasks) on PostgreSQL: stateless HTTP replicas and leased workers."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+
+    /// Log filter (tracing-subscriber EnvFilter syntax).
+    #[arg(
+        long,
+        env = "MCP_TASKS_LOG",
+        default_value = "info,sqlx=warn",
+        global = true
+    )]
+    log: String,
+
+    /// Log format.
+    #[arg(long, env = "MCP_TASKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply database migrations (safe to run from several processes at once).
+    Migrate(Database),
+    /// Run one stateless HTTP replica.
+    Serve {
+        #[command(flatten)]
+        database: Database,
+        #[command(flatten)]
+        tools: Tools,
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Apply migrations before serving.
+        #[arg(long, env = "MCP_TASKS_MIGRATE")]
+        migrate: bool,
+    },
+    /// Run a worker that claims and runs tasks.
+    Worker {
+        #[command(flatten)]
+        database: Database,
+        #[command(flatten)]
+        tools: Tools,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// Migrate, serve and run one worker in one process; starts a throwaway PostgreSQL
+    /// when DATABASE_URL is unset and PostgreSQL is installed.
+    Dev {
+        #[command(flatten)]
+        database: OptionalDatabase,
+        #[command(flatten)]
+        tools: Tools,
+        #[command(flatten)]
+        server: ServerArgs,
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// Run the lessons' demo sequence against a server with the `demo` tool pack.
+    Demo {
+        /// The server's MCP endpoint.
+        #[arg(
+            long,
+            env = "MCP_TASKS_URL",
+            default_value = "http://127.0.0.1:8080/mcp"
+        )]
+        url: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Database {
+    /// PostgreSQL connection URL.
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    url: String,
+    #[command(flatten)]
+    pool: PoolArgs,
+}
+
+#[derive(Debug, Args)]
+struct OptionalDatabase {
+    /// PostgreSQL connection URL; when unset, a throwaway cluster is started.
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    url: Option<String>,
+    #[command(flatten)]
+    pool: PoolArgs,
+}
+
+#[derive(Debug, Args)]
+struct PoolArgs {
+    /// Largest number of database connections this process opens.
+    #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    db_max_connections: u32,
+    /// How long a request waits for a database connection before failing (ms).
+    #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
+    db_acquire_timeout_ms: u64,
+}
+
+impl PoolArgs {
+    fn config(&self) -> PoolConfig {
+        PoolConfig {
+            max_connections: self.db_max_connections,
+            acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
+            ..PoolConfig::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct Tools {
+    /// Tool packs to serve, comma-separated (demo, conformance).
+    #[arg(long, env = "MCP_TASKS_TOOLS", default_value = "demo")]
+    tools: String,
+}
+
+impl Tools {
+    fn registry(&self) -> anyhow::Result<Registry> {
+        Registry::from_packs(&self.tools).context("--tools")
+    }
+}
+
+#[derive(Debug, Args)]
+struct ServerArgs {
+    /// Address to listen on (port 0 picks a free port; the address is logged).
+    #[arg(long, env = "MCP_TASKS_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Host names accepted in Host and Origin headers, comma-separated, or `*` for any.
+    /// Defaults to localhost names on a loopback address and `*` otherwise.
+    #[arg(long, env = "MCP_TASKS_ALLOWED_HOSTS")]
+    allowed_hosts: Option<String>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "MCP_TASKS_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    max_body_bytes: usize,
+    /// How long a replica waits for a worker to finish a task for a client that did not
+    /// declare the tasks extension (ms).
+    #[arg(long, env = "MCP_TASKS_SYNC_WAIT_MS", default_value_t = 60_000)]
+    sync_wait_ms: u64,
+    /// Minimum time a finished task stays readable (ms).
+    #[arg(long, env = "MCP_TASKS_RETENTION_MS", default_value_t = 3_600_000)]
+    retention_ms: u64,
+    /// Keys that sign MRTR requestState: hex or base64, at least 32 bytes, comma-separated;
+    /// the first signs, all verify (for rotation). Every replica must share them; when
+    /// unset, a random per-process key is used.
+    #[arg(long, env = "MCP_TASKS_STATE_KEY", hide_env_values = true)]
+    state_key: Option<String>,
+    /// Name reported as serverInfo.
+    #[arg(long, env = "MCP_TASKS_SERVER_NAME", default_value = "mcp-tasks")]
+    server_name: String,
+}
+
+#[derive(Debug, Args)]
+struct WorkerArgs {
+    /// Tasks this worker runs at once.
+    #[arg(long, env = "MCP_TASKS_CONCURRENCY", default_value_t = 16)]
+    concurrency: usize,
+    /// Lease length (ms); heartbeats run at a third of it.
+    #[arg(long, env = "MCP_TASKS_LEASE_MS", default_value_t = 30_000)]
+    lease_ms: u64,
+    /// Backstop poll for new work when no notification arrives (ms).
+    #[arg(long, env = "MCP_TASKS_POLL_MS", default_value_t = 1000)]
+    poll_ms: u64,
+    /// On SIGTERM, how long running tasks may take to finish before they are released
+    /// to other workers (ms).
+    #[arg(long, env = "MCP_TASKS_SHUTDOWN_GRACE_MS", default_value_t = 20_000)]
+    shutdown_grace_ms: u64,
+    /// Worker id recorded as lease owner (default: host-pid-random).
+    #[arg(long, env = "MCP_TASKS_WORKER_ID")]
+    worker_id: Option<String>,
+}
+
+fn server_info(name: &str) -> Implementation {
+    Implementation {
+        name: name.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}
+
+impl WorkerArgs {
+    fn config(&self, server_name: &str) -> WorkerConfig {
+        let mut c = WorkerConfig::new(server_info(server_name));
+        c.concurrency = self.concurrency;
+        c.lease = Duration::from_millis(self.lease_ms);
+        c.poll_interval = Duration::from_millis(self.poll_ms);
+        c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        if let Some(id) = &self.worker_id {
+            c.worker_id.clone_from(id);
+        }
+        c
+    }
+}
+
+impl ServerArgs {
+    fn config(&self) -> ServerConfig {
+        let mut c = ServerConfig::new(server_info(&self.server_name));
+        c.allowed_hosts = match &self.allowed_hosts {
+            Some(spec) => AllowedHosts::parse(spec),
+            None if self.listen.ip().is_loopback() => AllowedHosts::loopback(),
+            None => AllowedHosts::Any,
+        };
+        c.max_body_bytes = self.max_body_bytes;
+        c.sync_wait = Duration::from_millis(self.sync_wait_ms);
+        c.retention = Duration::from_millis(self.retention_ms);
+        c
+    }
+
+    fn state_keys(&self) -> anyhow::Result<StateKeys> {
+        match &self.state_key {
+            Some(spec) => StateKeys::parse(spec)
+                .map_err(anyhow::Error::msg)
+                .context("MCP_TASKS_STATE_KEY"),
+            None => {
+                tracing::warn!(
+                    "MCP_TASKS_STATE_KEY is unset: using a random key, so MRTR requestState only verifies on this replica"
+                );
+                Ok(StateKeys::random())
+            }
+        }
+    }
+}
+
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli.log, cli.log_format) {
+        eprintln!("mcp-tasks: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcp-tasks: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("mcp-tasks: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).context("MCP_TASKS_LOG")?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+async fn connect(url: &str, pool: &PoolArgs) -> anyhow::Result<Store> {
+    Store::connect(url, &pool.config())
+        .await
+        .context("DATABASE_URL is not a valid PostgreSQL URL")
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    let shutdown = shutdown_on_signal();
+    match command {
+        Command::Migrate(db) => {
+            let store = connect(&db.url, &db.pool).await?;
+            store.migrate().await.context("migrating")?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Serve {
+            database,
+            tools,
+            server,
+            migrate,
+        } => {
+            let store = connect(&database.url, &database.pool).await?;
+            if migrate {
+                store.migrate().await.context("migrating")?;
+            }
+            serve(store, tools.registry()?, &server, shutdown).await
+        }
+        Command::Worker {
+            database,
+            tools,
+            worker,
+        } => {
+            let store = connect(&database.url, &database.pool).await?;
+            mcp_tasks_worker::run(
+                store,
+                tools.registry()?,
+                worker.config("mcp-tasks"),
+                shutdown,
+            )
+            .await?;
+            Ok(())
+        }
+        Command::Dev {
+            database,
+            tools,
+            server,
+            worker,
+        } => {
+            let registry = tools.registry()?;
+            let throwaway;
+            let url = match database.url {
+                Some(url) => url,
+                None => {
+                    throwaway = tokio::task::spawn_blocking(DevDatabase::start).await??;
+                    tracing::info!(
+                        url = throwaway.url(),
+                        version = throwaway.version(),
+                        data = %throwaway.data_dir().display(),
+                        "DATABASE_URL is unset: started a throwaway PostgreSQL cluster; it is deleted on exit"
+                    );
+                    throwaway.url().to_owned()
+                }
+            };
+            let store = connect(&url, &database.pool).await?;
+            store.migrate().await.context("migrating")?;
+            let worker_task = tokio::spawn(mcp_tasks_worker::run(
+                store.clone(),
+                registry.clone(),
+                worker.config(&server.server_name),
+                shutdown.clone(),
+            ));
+            let served = serve(store, registry, &server, shutdown.clone()).await;
+            shutdown.cancel();
+            worker_task.await??;
+            served
+        }
+        Command::Demo { url } => {
+            let mut out = std::io::stdout();
+            let mut log = std::io::stderr();
+            mcp_tasks_client::run_demo(&url, &mut out, &mut log).await?;
+            Ok(())
+        }
+    }
+}
+
+async fn serve(
+    store: Store,
+    registry: Registry,
+    args: &ServerArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let config = args.config();
+    let state = AppState::new(
+        store,
+        registry,
+        config,
+        Arc::new(NoAuth::default()),
+        args.state_keys()?,
+        shutdown.child_token(),
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "listening on http://{addr}/mcp");
+    if !addr.ip().is_loopback() && matches!(args.config().allowed_hosts, AllowedHosts::Any) {
+        tracing::warn!(
+            "listening beyond loopback with any Host allowed; set MCP_TASKS_ALLOWED_HOSTS to the names clients use"
+        );
+    }
+    let stop = shutdown.clone();
+    mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await })
+        .await
+        .context("serving")?;
+    if shutdown.is_cancelled() {
+        Ok(())
+    } else {
+        bail!("the server stopped unexpectedly")
+    }
+}
+
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
+fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        tracing::info!(
+            "shutdown requested; finishing in-flight work (signal again to exit at once)"
+        );
+        t.cancel();
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    token
+}

@@ -1,0 +1,190 @@
+//! A private, throwaway PostgreSQL cluster for `mcp-tasks dev` (and for the tests when no
+//! `DATABASE_URL` is set): initdb into a temporary directory, start `postgres` on a free
+//! loopback port, delete everything on drop. Needs the PostgreSQL server binaries.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// A running throwaway cluster; stopped and deleted when dropped.
+#[derive(Debug)]
+pub struct DevDatabase {
+    dir: PathBuf,
+    child: Child,
+    url: String,
+    version: String,
+}
+
+impl DevDatabase {
+    /// The `postgres://` URL of the cluster's `postgres` database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Finds the server binaries, creates and starts a cluster, and waits until it
+    /// accepts connections.
+    pub fn start() -> anyhow::Result<Self> {
+        let bin = find_bindir().context(
+            "no PostgreSQL server binaries found (looked in PATH, `pg_config --bindir` and /usr/lib/postgresql/*/bin); install PostgreSQL or set DATABASE_URL",
+        )?;
+        let run_as = run_as_user()?;
+
+        let dir = std::env::temp_dir().join(format!(
+            "mcp-tasks-pg-{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let data = dir.join("data");
+        if let Some((uid, gid)) = run_as {
+            nix::unistd::chown(&dir, Some(uid.into()), Some(gid.into()))
+                .with_context(|| format!("handing {} to the postgres user", dir.display()))?;
+        }
+
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        as_user(&mut initdb, run_as);
+        let out = initdb.output().context("running initdb")?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            bail!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut postgres = Command::new(bin.join("postgres"));
+        postgres
+            .arg("-D")
+            .arg(&data)
+            .args(["-c", "listen_addresses=127.0.0.1", "-p", &port.to_string()])
+            .args(["-c", &format!("unix_socket_directories={}", dir.display())])
+            // A throwaway cluster needs no crash safety, and runs much faster without.
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ])
+            .args(["-c", "max_connections=300"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        as_user(&mut postgres, run_as);
+        let child = postgres.spawn().context("starting postgres")?;
+        let version = std::fs::read_to_string(data.join("PG_VERSION"))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default();
+        let db = Self {
+            dir,
+            child,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            version,
+        };
+        db.wait_ready(port)?;
+        Ok(db)
+    }
+
+    fn wait_ready(&self, port: u16) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // The port opens slightly before the server accepts logins; the
+                // connection pools retry, so this is close enough.
+                std::thread::sleep(Duration::from_millis(200));
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("the throwaway PostgreSQL did not start within 30 s")
+    }
+}
+
+impl Drop for DevDatabase {
+    fn drop(&mut self) {
+        // SIGINT is PostgreSQL's "fast shutdown".
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn find_bindir() -> Option<PathBuf> {
+    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Some(path) = std::env::var_os("PATH") {
+        if let Some(dir) = std::env::split_paths(&path).find(|d| has_server(d)) {
+            return Some(dir);
+        }
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if has_server(&dir) {
+            return Some(dir);
+        }
+    }
+    // Debian and Ubuntu keep server binaries out of PATH; take the newest version.
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            has_server(&bin).then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+/// PostgreSQL refuses to run as root; when we are root, run it as the `postgres` user.
+fn run_as_user() -> anyhow::Result<Option<(u32, u32)>> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let user = nix::unistd::User::from_name("postgres")?.context(
+        "PostgreSQL cannot run as root and there is no `postgres` user to run it as; run as another user or set DATABASE_URL",
+    )?;
+    Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
+}
+
+fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
+    use std::os::unix::process::CommandExt;
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+}

@@ -1,0 +1,97 @@
+//! Replica settings. The binary fills these from flags and environment variables.
+
+use std::time::Duration;
+
+use mcp_tasks_wire::results::Implementation;
+
+/// Which `Host` header values (and `Origin` hosts) a replica accepts: its defence
+/// against DNS rebinding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowedHosts {
+    /// Any host. An `Origin`, when present, must then name the same host as `Host`.
+    Any,
+    /// Only these host names (without port), compared case-insensitively.
+    List(Vec<String>),
+}
+
+impl AllowedHosts {
+    /// `localhost`, `127.0.0.1` and `::1`: the right default for a replica bound to
+    /// loopback.
+    pub fn loopback() -> Self {
+        Self::List(vec!["localhost".into(), "127.0.0.1".into(), "::1".into()])
+    }
+
+    /// Parses `*` or a comma-separated list.
+    pub fn parse(spec: &str) -> Self {
+        let names: Vec<String> = spec
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_ascii_lowercase()
+            })
+            .filter(|s| !s.is_empty())
+            .collect();
+        if names.iter().any(|n| n == "*") {
+            Self::Any
+        } else {
+            Self::List(names)
+        }
+    }
+
+    pub fn allows(&self, host: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::List(names) => names.iter().any(|n| n.eq_ignore_ascii_case(host)),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub server_info: Implementation,
+    pub allowed_hosts: AllowedHosts,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// How long a replica waits for a worker on behalf of a client that did not declare
+    /// the Tasks extension, before giving up on the call.
+    pub sync_wait: Duration,
+    /// Longest a synchronous (sync-only) tool may run inside the replica.
+    pub sync_tool_timeout: Duration,
+    /// Minimum time a finished task stays readable.
+    pub retention: Duration,
+    /// How long an MRTR `requestState` stays valid.
+    pub request_state_ttl: Duration,
+    /// Cache freshness advertised on `server/discover` and list results.
+    pub cache_ttl: Duration,
+    pub instructions: Option<String>,
+}
+
+impl ServerConfig {
+    pub fn new(server_info: Implementation) -> Self {
+        Self {
+            server_info,
+            allowed_hosts: AllowedHosts::loopback(),
+            max_body_bytes: 1024 * 1024,
+            sync_wait: Duration::from_secs(60),
+            sync_tool_timeout: Duration::from_secs(30),
+            retention: Duration::from_secs(3600),
+            request_state_ttl: Duration::from_secs(15 * 60),
+            cache_ttl: Duration::from_secs(300),
+            instructions: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_host_lists() {
+        assert_eq!(AllowedHosts::parse("*"), AllowedHosts::Any);
+        let l = AllowedHosts::parse("Example.com, [::1] ,");
+        assert!(l.allows("example.com") && l.allows("::1") && !l.allows("evil.example.com"));
+    }
+}

@@ -1,0 +1,254 @@
+//! The HTTP surface: `POST /mcp`, `GET /healthz`, `GET /readyz`.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use mcp_tasks_wire::jsonrpc::{EnvelopeError, parse_message};
+use mcp_tasks_wire::{ErrorObject, Incoming, RequestId};
+use serde_json::{Value, json};
+
+use crate::error::RpcError;
+use crate::{AppState, dispatch};
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/mcp", any(mcp))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({ "status": "alive" }))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match tokio::time::timeout(Duration::from_secs(2), state.store().ping()).await {
+        Ok(Ok(())) => axum::Json(json!({ "status": "ready" })).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "not ready: database unreachable");
+            not_ready("database unreachable")
+        }
+        Err(_) => not_ready("database did not answer within 2 s"),
+    }
+}
+
+fn not_ready(reason: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(json!({ "status": "unavailable", "reason": reason })),
+    )
+        .into_response()
+}
+
+/// The MCP endpoint. Only POST carries messages in this revision; there is no GET
+/// stream and no session to DELETE.
+async fn mcp(
+    State(state): State<AppState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if method != Method::POST {
+        let mut response = json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            error_body(
+                None,
+                &ErrorObject::new(
+                    mcp_tasks_wire::codes::INVALID_REQUEST,
+                    format!(
+                        "{method} is not supported on the MCP endpoint; send every message with POST"
+                    ),
+                ),
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+
+    if let Err(reason) = check_host_and_origin(&state, &headers) {
+        tracing::warn!(%reason, "request refused: host or origin not allowed");
+        return json_response(
+            StatusCode::FORBIDDEN,
+            error_body(None, &ErrorObject::invalid_request(reason)),
+        );
+    }
+
+    let owner = match state.auth().authenticate(&headers) {
+        Ok(owner) => owner,
+        Err(e) => {
+            return json_response(
+                StatusCode::UNAUTHORIZED,
+                error_body(None, &ErrorObject::invalid_request(e)),
+            );
+        }
+    };
+
+    if !is_json(&headers) {
+        return json_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            error_body(
+                None,
+                &ErrorObject::invalid_request("Content-Type must be application/json"),
+            ),
+        );
+    }
+
+    let limit = state.config().max_body_bytes;
+    let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                error_body(
+                    None,
+                    &ErrorObject::invalid_request(format!(
+                        "the request body is larger than the {limit}-byte limit"
+                    )),
+                ),
+            );
+        }
+    };
+
+    let request = match parse_message(&bytes) {
+        Ok(Incoming::Request(request)) => request,
+        // Nothing is ever sent back for a notification; this revision defines none from
+        // client to server over HTTP, so any that arrive are accepted and dropped.
+        Ok(Incoming::Notification(n)) => {
+            tracing::debug!(method = %n.method, "notification accepted and ignored");
+            return StatusCode::ACCEPTED.into_response();
+        }
+        Err(EnvelopeError { id, error }) => {
+            return json_response(StatusCode::BAD_REQUEST, error_body(id.as_ref(), &error));
+        }
+    };
+
+    let id = request.id.clone();
+    let span = tracing::info_span!(
+        "mcp.request",
+        method = %request.method,
+        id = %id,
+        tenant = %owner.tenant,
+        principal = %owner.principal,
+    );
+    let outcome = tracing::Instrument::instrument(
+        dispatch::handle(&state, &owner, &headers, request),
+        span.clone(),
+    )
+    .await;
+    match outcome {
+        Ok(result) => json_response(
+            StatusCode::OK,
+            json!({ "jsonrpc": "2.0", "id": id.to_value(), "result": result }),
+        ),
+        Err(RpcError {
+            error,
+            status,
+            retry_after,
+        }) => {
+            span.in_scope(
+                || tracing::info!(code = error.code, message = %error.message, "request failed"),
+            );
+            let mut response = json_response(status, error_body(Some(&id), &error));
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            response
+        }
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// DNS-rebinding defence: the `Host` must be one this replica answers to, and an
+/// `Origin`, when a browser sends one, must name an allowed host too.
+fn check_host_and_origin(state: &AppState, headers: &HeaderMap) -> Result<(), String> {
+    let allowed = &state.config().allowed_hosts;
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(host_without_port);
+    match &host {
+        Some(h) if allowed.allows(h) => {}
+        Some(h) => return Err(format!("Host {h:?} is not allowed")),
+        None if matches!(allowed, crate::AllowedHosts::Any) => {}
+        None => return Err("a Host header is required".into()),
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin
+            .to_str()
+            .map_err(|_| "Origin is not valid ASCII".to_owned())?;
+        if origin == "null" {
+            return Err("an opaque (null) Origin is not allowed".into());
+        }
+        let origin_host = origin
+            .split_once("://")
+            .map(|(_, rest)| host_without_port(rest))
+            .ok_or_else(|| format!("Origin {origin:?} is not a valid origin"))?;
+        let ok = match allowed {
+            crate::AllowedHosts::Any => host.as_deref() == Some(origin_host.as_str()),
+            list => list.allows(&origin_host),
+        };
+        if !ok {
+            return Err(format!("Origin {origin:?} is not allowed"));
+        }
+    }
+    Ok(())
+}
+
+/// `example.com:8080` → `example.com`; `[::1]:80` → `::1`.
+fn host_without_port(authority: &str) -> String {
+    let authority = authority.split('/').next().unwrap_or_default().trim();
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    host.to_ascii_lowercase()
+}
+
+fn error_body(id: Option<&RequestId>, error: &ErrorObject) -> Value {
+    let mut body = json!({ "jsonrpc": "2.0", "error": error });
+    if let Some(id) = id {
+        body["id"] = id.to_value();
+    }
+    body
+}
+
+/// A single-line JSON body. (Some clients read responses line by line.)
+fn json_response(status: StatusCode, body: Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_without_port;
+
+    #[test]
+    fn strips_ports() {
+        assert_eq!(host_without_port("Example.com:8080"), "example.com");
+        assert_eq!(host_without_port("[::1]:80"), "::1");
+        assert_eq!(host_without_port("[::1]"), "::1");
+        assert_eq!(host_without_port("localhost"), "localhost");
+    }
+}

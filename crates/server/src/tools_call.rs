@@ -1,0 +1,474 @@
+//! `tools/call`: validate, gather MRTR input, then run in the replica (sync-only tools)
+//! or create a durable task for the workers.
+//!
+//! The server alone decides whether a call becomes a task:
+//! - sync-only tools run here and answer directly;
+//! - task tools become a task when the request declared the Tasks extension;
+//! - a task-optional tool called without the extension still runs as a task, and this
+//!   replica waits for its result (bounded) so the client gets an ordinary answer;
+//! - a task-required tool called without the extension is refused with `-32021`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mcp_tasks_store::{Lookup, NewTask, Owner, Store, TaskId, UpdateOutcome};
+use mcp_tasks_tools::{
+    ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError, validate_input_response,
+};
+use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
+use serde_json::{Map, Value, json};
+
+use crate::AppState;
+use crate::dispatch::string_param;
+use crate::error::RpcError;
+use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
+use crate::tasks_methods::{found, parse_task_id};
+
+pub(crate) async fn call(
+    state: &AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    params: &Map<String, Value>,
+    trace_context: Value,
+) -> Result<Map<String, Value>, RpcError> {
+    let name = string_param(params, "name")?;
+    let tool = state
+        .registry()
+        .get(name)
+        .ok_or_else(|| RpcError::invalid_params(format!("unknown tool {name:?}")))?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(args @ Value::Object(_)) => args.clone(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "params.arguments must be an object",
+            ));
+        }
+    };
+    state
+        .registry()
+        .validate_arguments(name, &arguments)
+        .map_err(|reason| {
+            RpcError::invalid_params(format!("invalid arguments for tool {name:?}: {reason}"))
+        })?;
+
+    let caps = &meta.client_capabilities;
+    if let Some(required) = &tool.required_capabilities
+        && !caps.satisfies(required)
+    {
+        return Err(RpcError::method(ErrorObject::missing_capability(
+            format!("Tool {name:?} requires client capabilities this request did not declare"),
+            required.clone(),
+        )));
+    }
+    let declares_tasks = caps.declares_tasks();
+    if tool.policy == ExecutionPolicy::TaskRequired && !declares_tasks {
+        return Err(RpcError::method(ErrorObject::tasks_extension_required()));
+    }
+
+    let answers = match earlier_round(state, owner, tool, &arguments, params)? {
+        Round::First => Map::new(),
+        Round::Pre(answers) => answers,
+        Round::Task(id) => {
+            apply_answers_to_task(state, owner, id, params).await?;
+            return wait_for_result(state, owner, meta, tool, id).await;
+        }
+    };
+
+    if tool.policy == ExecutionPolicy::SyncOnly {
+        return run_here(state, owner, meta, tool, &arguments, answers).await;
+    }
+    if let Err(requests) = tool.preflight(&arguments, &answers) {
+        return input_required(state, owner, meta, tool, &arguments, answers, requests);
+    }
+
+    let task = state
+        .store()
+        .create_task(
+            owner,
+            NewTask {
+                tool: tool.name.clone(),
+                arguments,
+                status_message: Some("Queued; waiting for a worker".into()),
+                ttl_ms: tool.ttl.map(millis),
+                poll_interval_ms: Some(millis(tool.poll_interval)),
+                retention_ms: millis(state.config().retention),
+                max_attempts: i32::try_from(tool.max_attempts).unwrap_or(i32::MAX),
+                input_responses: answers,
+                trace_context: Some(trace_context),
+            },
+        )
+        .await?;
+    tracing::info!(task = %task.id, tool = %tool.name, "task created");
+    if declares_tasks {
+        return Ok(task.view().create_result());
+    }
+    wait_for_result(state, owner, meta, tool, task.id).await
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| millis(d))
+}
+
+enum Round {
+    /// No `requestState`: a fresh call. Any `inputResponses` without a state are
+    /// ignored, since nothing says they answer requests this server made.
+    First,
+    /// Answers gathered before any task exists.
+    Pre(Map<String, Value>),
+    /// A task run on behalf of a client without the Tasks extension, paused for input.
+    Task(TaskId),
+}
+
+fn earlier_round(
+    state: &AppState,
+    owner: &Owner,
+    tool: &Tool,
+    arguments: &Value,
+    params: &Map<String, Value>,
+) -> Result<Round, RpcError> {
+    let token = match params.get("requestState") {
+        None | Some(Value::Null) => return Ok(Round::First),
+        Some(Value::String(token)) => token,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "params.requestState must be a string",
+            ));
+        }
+    };
+    let invalid = |why: &str| RpcError::invalid_params(format!("invalid requestState: {why}"));
+    let rs = state.state_keys().verify(token).map_err(invalid)?;
+    if rs.owner != owner_digest(owner) || rs.tool != tool.name {
+        return Err(invalid("it was issued for another caller or tool"));
+    }
+    if rs.expires_ms < now_ms() {
+        return Err(invalid("it has expired; call the tool again without it"));
+    }
+    match rs.kind {
+        StateKind::Task { task } => Ok(Round::Task(parse_task_id(&task)?)),
+        StateKind::Pre {
+            args,
+            mut answers,
+            pending,
+        } => {
+            if args != value_digest(arguments) {
+                return Err(invalid("the arguments changed since it was issued"));
+            }
+            let responses = match params.get("inputResponses") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(r)) => r.clone(),
+                Some(_) => {
+                    return Err(RpcError::invalid_params(
+                        "params.inputResponses must be an object",
+                    ));
+                }
+            };
+            for (key, response) in responses {
+                // Answers to requests this round did not make are ignored.
+                let Some(request) = pending.get(&key) else {
+                    continue;
+                };
+                validate_input_response(request, &response).map_err(|reason| {
+                    RpcError::method(
+                        ErrorObject::new(
+                            codes::INVALID_PARAMS,
+                            format!("Invalid input response for {key:?}: {reason}"),
+                        )
+                        .with_data(json!({ "key": key })),
+                    )
+                })?;
+                answers.insert(key, response);
+            }
+            Ok(Round::Pre(answers))
+        }
+    }
+}
+
+/// An MRTR answer: the requests, and a signed state to send back with the answers.
+fn input_required(
+    state: &AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    tool: &Tool,
+    arguments: &Value,
+    answers: Map<String, Value>,
+    requests: InputRequests,
+) -> Result<Map<String, Value>, RpcError> {
+    ensure_client_can_answer(meta, requests.as_map())?;
+    let token = state.state_keys().sign(&RequestState {
+        tool: tool.name.clone(),
+        owner: owner_digest(owner),
+        expires_ms: now_ms() + millis(state.config().request_state_ttl),
+        kind: StateKind::Pre {
+            args: value_digest(arguments),
+            answers,
+            pending: requests.as_map().clone(),
+        },
+    });
+    Ok(input_required_result(requests.into_map(), token))
+}
+
+fn input_required_result(requests: Map<String, Value>, token: String) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("resultType".into(), json!("input_required"));
+    m.insert("inputRequests".into(), Value::Object(requests));
+    m.insert("requestState".into(), json!(token));
+    m
+}
+
+/// A server must not ask for input of a kind the client did not declare.
+fn ensure_client_can_answer(
+    meta: &RequestMeta,
+    requests: &Map<String, Value>,
+) -> Result<(), RpcError> {
+    let mut missing = Map::new();
+    for request in requests.values() {
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !meta
+            .client_capabilities
+            .can_answer(method, request.get("params"))
+        {
+            let capability = match method {
+                "sampling/createMessage" => "sampling",
+                "roots/list" => "roots",
+                _ => "elicitation",
+            };
+            missing.insert(capability.into(), json!({}));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(RpcError::method(ErrorObject::missing_capability(
+            "This tool needs input the client did not declare it can provide",
+            Value::Object(missing),
+        )))
+    }
+}
+
+/// Runs a sync-only tool inside this replica.
+async fn run_here(
+    state: &AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    tool: &Tool,
+    arguments: &Value,
+    answers: Map<String, Value>,
+) -> Result<Map<String, Value>, RpcError> {
+    let cancel = state.shutdown().child_token();
+    let ctx = ToolContext::builder(arguments.clone())
+        .responses(answers.clone())
+        .cancellation(cancel.clone())
+        .build();
+    // Its own task, so a panicking handler costs one error response, not the replica.
+    let run = tokio::spawn(tool.run(ctx));
+    let limit = state.config().sync_tool_timeout;
+    let outcome = match tokio::time::timeout(limit, run).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(join)) => {
+            tracing::error!(tool = %tool.name, error = %join, "tool handler panicked");
+            return Err(RpcError::internal());
+        }
+        Err(_) => {
+            cancel.cancel();
+            return Err(RpcError::method(ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                format!(
+                    "Tool {:?} did not finish within {} s",
+                    tool.name,
+                    limit.as_secs()
+                ),
+            )));
+        }
+    };
+    match outcome {
+        Ok(Outcome::Complete(result)) => Ok(as_map(
+            state.config().server_info.stamped_call_tool_result(result),
+        )),
+        Ok(Outcome::NeedInput(requests)) => {
+            input_required(state, owner, meta, tool, arguments, answers, requests)
+        }
+        Ok(Outcome::Cancelled) | Err(ToolError::Interrupted) => {
+            Err(RpcError::method(ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "The tool stopped before producing a result",
+            )))
+        }
+        Err(ToolError::Protocol(e)) => Err(RpcError::method(e)),
+    }
+}
+
+fn as_map(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        other => {
+            let mut m = Map::new();
+            m.insert(
+                "content".into(),
+                json!([{ "type": "text", "text": other.to_string() }]),
+            );
+            m
+        }
+    }
+}
+
+async fn apply_answers_to_task(
+    state: &AppState,
+    owner: &Owner,
+    id: TaskId,
+    params: &Map<String, Value>,
+) -> Result<(), RpcError> {
+    let responses = match params.get("inputResponses") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(r)) => r,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "params.inputResponses must be an object",
+            ));
+        }
+    };
+    let outcome = found(
+        state
+            .store()
+            .update_inputs(owner, id, responses, |_k, request, response| {
+                validate_input_response(request, response)
+            })
+            .await?,
+    )?;
+    match outcome {
+        Ok(UpdateOutcome::Applied { .. } | UpdateOutcome::Ignored) => Ok(()),
+        Err(invalid) => Err(RpcError::method(
+            ErrorObject::new(
+                codes::INVALID_PARAMS,
+                format!(
+                    "Invalid input response for {:?}: {}",
+                    invalid.key, invalid.reason
+                ),
+            )
+            .with_data(json!({ "key": invalid.key })),
+        )),
+    }
+}
+
+/// Cancels the task if the wait is abandoned (the client went away, or gave up) before
+/// the task finished: nobody could ever read its result.
+struct CancelOnDrop {
+    store: Store,
+    owner: Owner,
+    id: TaskId,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, owner, id) = (self.store.clone(), self.owner.clone(), self.id);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                match store.cancel_task(&owner, id).await {
+                    Ok(outcome) => tracing::info!(task = %id, ?outcome, "abandoned synchronous call: task cancelled"),
+                    Err(e) => tracing::warn!(task = %id, error = %e, "could not cancel an abandoned task"),
+                }
+            });
+        }
+    }
+}
+
+/// Waits for a task on behalf of a client that cannot poll it.
+async fn wait_for_result(
+    state: &AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    tool: &Tool,
+    id: TaskId,
+) -> Result<Map<String, Value>, RpcError> {
+    let mut guard = CancelOnDrop {
+        store: state.store().clone(),
+        owner: owner.clone(),
+        id,
+        armed: true,
+    };
+    let deadline = tokio::time::Instant::now() + state.config().sync_wait;
+    let mut delay = Duration::from_millis(10);
+    loop {
+        let task = match state.store().get_task(owner, id).await? {
+            Lookup::Found(task) => task,
+            Lookup::Expired | Lookup::NotFound => {
+                guard.disarm();
+                return Err(RpcError::method(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    "The task running this call no longer exists",
+                )));
+            }
+        };
+        match task.status {
+            TaskStatus::Completed => {
+                guard.disarm();
+                let result = task.result.unwrap_or_else(|| json!({ "content": [] }));
+                return Ok(as_map(result));
+            }
+            TaskStatus::Failed => {
+                guard.disarm();
+                return Err(RpcError::method(
+                    task.error.unwrap_or_else(ErrorObject::internal),
+                ));
+            }
+            TaskStatus::Cancelled => {
+                guard.disarm();
+                return Err(RpcError::method(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    "The call was cancelled before it finished",
+                )));
+            }
+            TaskStatus::InputRequired => {
+                let requests = task.input_requests.unwrap_or_default();
+                // Refused (guard still armed): the task is cancelled, as nobody can answer.
+                ensure_client_can_answer(meta, &requests)?;
+                guard.disarm();
+                let token = state.state_keys().sign(&RequestState {
+                    tool: tool.name.clone(),
+                    owner: owner_digest(owner),
+                    expires_ms: now_ms() + millis(state.config().request_state_ttl),
+                    kind: StateKind::Task {
+                        task: id.to_string(),
+                    },
+                });
+                return Ok(input_required_result(requests, token));
+            }
+            TaskStatus::Working => {}
+        }
+        if tokio::time::Instant::now() + delay > deadline {
+            return Err(RpcError::method(ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                format!(
+                    "Tool {:?} did not finish within {} s; declare the io.modelcontextprotocol/tasks extension to run it as a task",
+                    tool.name,
+                    state.config().sync_wait.as_secs()
+                ),
+            )));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = state.shutdown().cancelled() => {
+                return Err(RpcError::unavailable());
+            }
+        }
+        delay = (delay * 2).min(Duration::from_millis(250));
+    }
+}

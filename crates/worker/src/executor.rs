@@ -1,0 +1,300 @@
+//! One run of one task: build the handler's context, run it, record the outcome under
+//! the lease.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcp_tasks_store::{Claimed, Finish, InputOutcome, Lease, Store};
+use mcp_tasks_tools::{
+    BoxFuture, ContextError, Outcome, TaskSink, ToolContext, ToolError, ToolResult,
+};
+use mcp_tasks_wire::{ErrorObject, codes};
+use serde_json::Value;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{Running, Shared, StopReason};
+
+/// Status messages longer than this are cut; they are for humans.
+const MAX_STATUS_CHARS: usize = 1000;
+
+pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemaphorePermit) {
+    let lease = claimed.lease.clone();
+    let cancel = CancellationToken::new();
+    let reason = Arc::new(Mutex::new(None));
+    shared
+        .running
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            lease.id,
+            Running {
+                lease: lease.clone(),
+                cancel: cancel.clone(),
+                reason: reason.clone(),
+            },
+        );
+    let span = tracing::info_span!(
+        "task.run",
+        task = %lease.id,
+        tool = %claimed.task.tool,
+        attempt = claimed.task.attempt,
+        trace_id = %trace_id(claimed.task.trace_context.as_ref()),
+    );
+    let shared2 = shared.clone();
+    shared.tracker.spawn(
+        async move {
+            run(&shared2, claimed, cancel, reason).await;
+            shared2
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&lease.id);
+            drop(permit);
+            // A slot is free again.
+            shared2.wake.notify_one();
+        }
+        .instrument(span),
+    );
+}
+
+/// The trace id of a stored W3C `traceparent` (`00-<trace>-<span>-<flags>`).
+fn trace_id(context: Option<&Value>) -> &str {
+    context
+        .and_then(|c| c.get("traceparent"))
+        .and_then(Value::as_str)
+        .and_then(|tp| tp.split('-').nth(1))
+        .unwrap_or("-")
+}
+
+async fn run(
+    shared: &Shared,
+    claimed: Claimed,
+    cancel: CancellationToken,
+    reason: Arc<Mutex<Option<StopReason>>>,
+) {
+    let Claimed {
+        lease,
+        task,
+        reclaimed,
+    } = claimed;
+    if reclaimed {
+        tracing::warn!("reclaimed after the previous worker's lease lapsed");
+    } else {
+        tracing::info!("claimed");
+    }
+    let store = &shared.store;
+
+    let Some(tool) = shared.registry.get(&task.tool) else {
+        tracing::error!(tool = %task.tool, "no such tool on this worker");
+        let error = ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            format!("Tool {:?} is not available on the workers", task.tool),
+        );
+        record(store, &lease, Finish::Failed(error), None).await;
+        return;
+    };
+
+    let ctx = ToolContext::builder(task.arguments)
+        .responses(task.input_responses)
+        .checkpoint(task.checkpoint)
+        .task_id(lease.id.to_string())
+        .attempt(u32::try_from(task.attempt).unwrap_or(1))
+        .cancellation(cancel.clone())
+        .sink(Arc::new(LeaseSink {
+            store: store.clone(),
+            lease: lease.clone(),
+        }))
+        .build();
+
+    // The handler runs in its own task so a panic is contained and so it can be aborted
+    // if it ignores cancellation.
+    let mut handle = tokio::spawn(tool.run(ctx).in_current_span());
+    let outcome: Option<ToolResult> = tokio::select! {
+        joined = &mut handle => Some(flatten(joined)),
+        () = cancel.cancelled() => {
+            match tokio::time::timeout(shared.config.cancel_grace, &mut handle).await {
+                Ok(joined) => Some(flatten(joined)),
+                Err(_) => {
+                    tracing::warn!("handler ignored cancellation; aborted");
+                    handle.abort();
+                    None
+                }
+            }
+        }
+    };
+    let stop = *reason.lock().unwrap_or_else(|e| e.into_inner());
+
+    if stop == Some(StopReason::LeaseLost) {
+        tracing::warn!("lease lost; this run's outcome is discarded");
+        return;
+    }
+    let finish = match outcome {
+        Some(Ok(Outcome::Complete(result))) => {
+            Finish::Completed(shared.config.server_info.stamped_call_tool_result(result))
+        }
+        Some(Ok(Outcome::Cancelled)) => Finish::Cancelled,
+        Some(Ok(Outcome::NeedInput(requests))) => {
+            if requests.is_empty() {
+                Finish::Failed(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!(
+                        "Tool {:?} asked for input without any input request",
+                        task.tool
+                    ),
+                ))
+            } else {
+                match request_input(store, &lease, requests.as_map()).await {
+                    Some(InputOutcome::Applied) => {
+                        tracing::info!(keys = requests.as_map().len(), "waiting for input");
+                        return;
+                    }
+                    Some(InputOutcome::CancelRequested) => Finish::Cancelled,
+                    Some(InputOutcome::KeyReused(keys)) => Finish::Failed(ErrorObject::new(
+                        codes::INTERNAL_ERROR,
+                        format!(
+                            "Tool {:?} asked for input under keys it had already used: {}",
+                            task.tool,
+                            keys.join(", ")
+                        ),
+                    )),
+                    Some(InputOutcome::Stale) | None => {
+                        tracing::warn!("lease lost before the input request was recorded");
+                        return;
+                    }
+                }
+            }
+        }
+        Some(Err(ToolError::Protocol(error))) => Finish::Failed(error),
+        Some(Err(ToolError::Interrupted)) | None => match stop {
+            Some(StopReason::CancelRequested) => Finish::Cancelled,
+            Some(StopReason::Shutdown) => {
+                match retry(store, &lease, |s, l| async move { s.release(&l).await }).await {
+                    Some(true) => tracing::info!("released for another worker"),
+                    _ => tracing::warn!("could not release; the lease will lapse instead"),
+                }
+                return;
+            }
+            // The handler said it lost the task (its writes were refused).
+            Some(StopReason::LeaseLost) | None => {
+                tracing::warn!("run interrupted without a reason; outcome discarded");
+                return;
+            }
+        },
+    };
+    let message = match &finish {
+        Finish::Cancelled => Some("Cancelled at the client's request"),
+        _ => None,
+    };
+    record(store, &lease, finish, message).await;
+}
+
+fn flatten(joined: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
+    joined.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "tool handler panicked");
+        Err(ToolError::Protocol(ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            "The tool failed unexpectedly",
+        )))
+    })
+}
+
+async fn record(store: &Store, lease: &Lease, finish: Finish, message: Option<&'static str>) {
+    let status = match &finish {
+        Finish::Completed(_) => "completed",
+        Finish::Failed(_) => "failed",
+        Finish::Cancelled => "cancelled",
+    };
+    let finish = Arc::new(finish);
+    let written = retry(store, lease, |s, l| {
+        let finish = finish.clone();
+        async move { s.finish(&l, &finish, message).await }
+    })
+    .await;
+    match written {
+        Some(true) => tracing::info!(status, "finished"),
+        Some(false) => tracing::warn!(
+            status,
+            "lease lost before the outcome was recorded; discarded"
+        ),
+        None => tracing::error!(
+            status,
+            "could not record the outcome; the lease will lapse and the task run again"
+        ),
+    }
+}
+
+async fn request_input(
+    store: &Store,
+    lease: &Lease,
+    requests: &serde_json::Map<String, Value>,
+) -> Option<InputOutcome> {
+    let requests = Arc::new(requests.clone());
+    retry(store, lease, |s, l| {
+        let requests = requests.clone();
+        async move {
+            s.request_input(&l, &requests, Some("Waiting for input"), None)
+                .await
+        }
+    })
+    .await
+}
+
+/// Retries a lease write through database blips, for at most one lease length (after
+/// that the lease has lapsed and the write would be refused anyway).
+async fn retry<T, F, Fut>(store: &Store, lease: &Lease, op: F) -> Option<T>
+where
+    F: Fn(Store, Lease) -> Fut,
+    Fut: Future<Output = mcp_tasks_store::Result<T>>,
+{
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match op(store.clone(), lease.clone()).await {
+            Ok(v) => return Some(v),
+            Err(e) if tokio::time::Instant::now() + delay < give_up => {
+                tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "lease write failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "lease write failed; giving up");
+                return None;
+            }
+        }
+    }
+}
+
+/// A handler's side effects, written only while the lease is held.
+struct LeaseSink {
+    store: Store,
+    lease: Lease,
+}
+
+impl TaskSink for LeaseSink {
+    fn set_status<'a>(&'a self, message: &'a str) -> BoxFuture<'a, Result<(), ContextError>> {
+        Box::pin(async move {
+            let message: String = message.chars().take(MAX_STATUS_CHARS).collect();
+            match self.store.set_status_message(&self.lease, &message).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(ContextError::Interrupted),
+                Err(e) => Err(ContextError::Unavailable(e.to_string())),
+            }
+        })
+    }
+
+    fn save_checkpoint<'a>(
+        &'a self,
+        checkpoint: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ContextError>> {
+        Box::pin(async move {
+            match self.store.save_checkpoint(&self.lease, checkpoint).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(ContextError::Interrupted),
+                Err(e) => Err(ContextError::Unavailable(e.to_string())),
+            }
+        })
+    }
+}

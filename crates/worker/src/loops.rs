@@ -1,0 +1,209 @@
+//! The worker's long-running loops.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_tasks_store::{TaskId, notify};
+use sqlx::postgres::PgListener;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Shared, StopReason, executor};
+
+/// Claims work whenever a slot is free, until `shutdown`.
+pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let config = &shared.config;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        // Wait for one free slot, then take every other free slot too.
+        let first = tokio::select! {
+            permit = shared.slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = shared.slots.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        let wanted = permits.len();
+
+        let claimed = match shared
+            .store
+            .claim(&config.worker_id, wanted as i64, config.lease_ms())
+            .await
+        {
+            Ok(claimed) => {
+                backoff = Duration::from_millis(100);
+                claimed
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "claim failed");
+                drop(permits);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        let got = claimed.len();
+        for task in claimed {
+            let Some(permit) = permits.pop() else { break };
+            executor::spawn(&shared, task, permit);
+        }
+        drop(permits);
+
+        if got < wanted {
+            // Drained what was runnable: sleep until notified, or poll as a backstop
+            // (notifications can be lost, and lapsed leases notify nobody).
+            tokio::select! {
+                () = shared.wake.notified() => {}
+                () = tokio::time::sleep(config.poll_interval) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// Extends held leases every third of a lease; tells handlers whose lease was lost or
+/// whose task was cancelled.
+pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
+    let config = &shared.config;
+    let every = config.lease / 3;
+    // Until this instant, every lease held at the last successful heartbeat is valid.
+    let mut valid_until = Instant::now() + config.lease;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+        let leases = shared.held_leases();
+        if leases.is_empty() {
+            valid_until = Instant::now() + config.lease;
+            continue;
+        }
+        let started = Instant::now();
+        match shared.store.heartbeat(&leases, config.lease_ms()).await {
+            Ok(replies) => {
+                valid_until = started + config.lease;
+                let alive: HashSet<TaskId> = replies.iter().map(|r| r.id).collect();
+                for lease in &leases {
+                    if !alive.contains(&lease.id)
+                        && shared.stop_task(lease.id, StopReason::LeaseLost)
+                    {
+                        tracing::warn!(task = %lease.id, "lease lost; stopping the run");
+                    }
+                }
+                for reply in replies.iter().filter(|r| r.cancel_requested) {
+                    if shared.stop_task(reply.id, StopReason::CancelRequested) {
+                        tracing::info!(task = %reply.id, "cancellation requested; stopping the run");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, held = leases.len(), "heartbeat failed");
+                if Instant::now() >= valid_until {
+                    // Our leases have lapsed: others may run these tasks now, and our
+                    // writes would be refused anyway. Stop wasting work on them.
+                    for lease in &leases {
+                        shared.stop_task(lease.id, StopReason::LeaseLost);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// LISTENs for runnable work and cancellations. Notifications are only hints: the claim
+/// loop polls and heartbeats carry cancellation flags, so a lost one costs latency only.
+pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let mut listener = match PgListener::connect_with(shared.store.pool()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "LISTEN connection failed; relying on polling");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        if let Err(e) = listener
+            .listen_all([notify::RUNNABLE, notify::CANCEL])
+            .await
+        {
+            tracing::warn!(error = %e, "LISTEN failed; retrying");
+            continue;
+        }
+        delay = Duration::from_millis(200);
+        // Anything sent while we were not listening is unknown: look for work now.
+        shared.wake.notify_one();
+        loop {
+            let next = tokio::select! {
+                n = listener.try_recv() => n,
+                () = shutdown.cancelled() => return,
+            };
+            match next {
+                Ok(Some(n)) if n.channel() == notify::CANCEL => {
+                    if let Some(id) = uuid::Uuid::try_parse(n.payload()).ok().map(TaskId)
+                        && shared.stop_task(id, StopReason::CancelRequested)
+                    {
+                        tracing::info!(task = %id, "cancellation requested (notified); stopping the run");
+                    }
+                }
+                Ok(Some(_)) => shared.wake.notify_one(),
+                Ok(None) => {
+                    tracing::warn!("LISTEN connection lost; reconnecting");
+                    shared.wake.notify_one();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Lease rescue, expiry and deletion. Every worker runs it; statements skip rows another
+/// worker has locked, so they never collide.
+pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let config = &shared.config;
+    let keep_ms = i64::try_from(config.tombstone_retention.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(config.maintenance_interval) => {}
+            () = shutdown.cancelled() => return,
+        }
+        match shared.store.rescue_lapsed(config.maintenance_batch).await {
+            Ok(r) if r.failed + r.cancelled > 0 => tracing::warn!(
+                failed = r.failed,
+                cancelled = r.cancelled,
+                "finished tasks whose workers were lost and which may not run again"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "lease rescue failed"),
+        }
+        match shared
+            .store
+            .maintain(config.maintenance_batch, keep_ms)
+            .await
+        {
+            Ok(r) if r.expired + r.deleted + r.tombstones_deleted > 0 => tracing::info!(
+                expired = r.expired,
+                deleted = r.deleted,
+                tombstones_deleted = r.tombstones_deleted,
+                "maintenance"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "maintenance failed"),
+        }
+    }
+}
