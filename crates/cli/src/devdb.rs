@@ -35,6 +35,16 @@ impl DevDatabase {
     /// Finds the server binaries, creates and starts a cluster, and waits until it
     /// accepts connections.
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(false)
+    }
+
+    /// Like [`DevDatabase::start`], but the cluster also stops and deletes itself when
+    /// this process exits without dropping it (as a value kept in a `static` does).
+    pub fn start_watched() -> anyhow::Result<Self> {
+        Self::start_with(true)
+    }
+
+    fn start_with(watch_parent: bool) -> anyhow::Result<Self> {
         let bin = find_bindir().context(
             "no PostgreSQL server binaries found (looked in PATH, `pg_config --bindir` and /usr/lib/postgresql/*/bin); install PostgreSQL or set DATABASE_URL",
         )?;
@@ -78,24 +88,55 @@ impl DevDatabase {
         }
 
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut postgres = Command::new(bin.join("postgres"));
-        postgres
-            .arg("-D")
-            .arg(&data)
-            .args(["-c", "listen_addresses=127.0.0.1", "-p", &port.to_string()])
-            .args(["-c", &format!("unix_socket_directories={}", dir.display())])
+        let postgres_args: Vec<String> = [
+            "-D",
+            &data.display().to_string(),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-c",
+            &format!("unix_socket_directories={}", dir.display()),
             // A throwaway cluster needs no crash safety, and runs much faster without.
-            .args([
-                "-c",
-                "fsync=off",
-                "-c",
-                "synchronous_commit=off",
-                "-c",
-                "full_page_writes=off",
-            ])
-            .args(["-c", "max_connections=300"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=300",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let mut postgres = if watch_parent {
+            // A shell minds the cluster: when this process is gone, it stops postgres
+            // and deletes the directory. /proc is checked rather than `kill -0`, which
+            // fails across users.
+            let script = r#"
+                pg="$1"; dir="$2"; parent="$3"; shift 3
+                "$pg" "$@" & child=$!
+                stop() { kill -INT "$child" 2>/dev/null; wait "$child"; rm -rf "$dir"; exit 0; }
+                trap stop TERM INT
+                while [ -d "/proc/$parent" ] && kill -0 "$child" 2>/dev/null; do sleep 1; done
+                stop
+            "#;
+            let mut sh = Command::new("sh");
+            sh.arg("-c")
+                .arg(script)
+                .arg("mcp-tasks-pg")
+                .arg(bin.join("postgres"))
+                .arg(&dir)
+                .arg(std::process::id().to_string())
+                .args(&postgres_args);
+            sh
+        } else {
+            let mut pg = Command::new(bin.join("postgres"));
+            pg.args(&postgres_args);
+            pg
+        };
+        postgres.stdout(Stdio::null()).stderr(Stdio::null());
         as_user(&mut postgres, run_as);
         let child = postgres.spawn().context("starting postgres")?;
         let version = std::fs::read_to_string(data.join("PG_VERSION"))

@@ -92,6 +92,7 @@ pub struct Client {
     url: String,
     capabilities: Value,
     bearer: Option<String>,
+    headers: Vec<(String, String)>,
     next_id: AtomicI64,
 }
 
@@ -107,6 +108,7 @@ impl Client {
             url: url.into(),
             capabilities,
             bearer: None,
+            headers: Vec::new(),
             next_id: AtomicI64::new(1),
         }
     }
@@ -119,6 +121,13 @@ impl Client {
     #[must_use]
     pub fn bearer(mut self, token: impl Into<String>) -> Self {
         self.bearer = Some(token.into());
+        self
+    }
+
+    /// Adds a header to every request.
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
         self
     }
 
@@ -173,6 +182,9 @@ impl Client {
         }
         if let Some(token) = &self.bearer {
             request = request.bearer_auth(token);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
         }
         let response = request.send().await?;
         let status = response.status().as_u16();

@@ -1,0 +1,172 @@
+//! A fresh, migrated database per test, so tests run in parallel without seeing each
+//! other's tasks.
+//!
+//! Where the server comes from, in order:
+//! 1. `DATABASE_URL` (as in CI): a new database is created on that server per test;
+//! 2. Docker (testcontainers), when a Docker socket is available;
+//! 3. a throwaway cluster from the local PostgreSQL binaries (what `mcp-tasks dev` uses).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use mcp_tasks_store::{PoolConfig, Store};
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+/// A database that is dropped when the test ends.
+pub struct TestDb {
+    pub url: String,
+    pub store: Store,
+    name: String,
+    admin_url: String,
+}
+
+static SERVER: OnceLock<String> = OnceLock::new();
+
+fn server_url() -> String {
+    SERVER
+        .get_or_init(|| {
+            if let Ok(url) = std::env::var("DATABASE_URL") {
+                return url;
+            }
+            if docker_available() {
+                return std::thread::spawn(start_container)
+                    .join()
+                    .expect("testcontainers thread panicked");
+            }
+            let db = mcp_tasks::devdb::DevDatabase::start_watched().expect(
+                "no DATABASE_URL, no Docker, and no local PostgreSQL binaries: cannot run the tests",
+            );
+            let url = db.url().to_owned();
+            // Kept for the life of the test process; the cluster stops itself after.
+            std::mem::forget(db);
+            url
+        })
+        .clone()
+}
+
+fn docker_available() -> bool {
+    std::env::var_os("DOCKER_HOST").is_some()
+        || std::path::Path::new("/var/run/docker.sock").exists()
+}
+
+fn start_container() -> String {
+    use testcontainers::runners::AsyncRunner;
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        use testcontainers::ImageExt;
+        let container = testcontainers_modules::postgres::Postgres::default()
+            .with_tag("15-alpine")
+            .start()
+            .await
+            .expect("starting a PostgreSQL container");
+        let port = container
+            .get_host_port_ipv4(5432)
+            .await
+            .expect("container port");
+        // The container lives as long as the test process; the reaper removes it.
+        std::mem::forget(container);
+        format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres")
+    })
+}
+
+fn with_database(url: &str, db: &str) -> String {
+    // Replace the path component of postgres://user@host:port/dbname?params.
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| i + scheme_end);
+    let mut out = format!("{}/{db}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let admin_url = server_url();
+        let name = format!("mcp_tasks_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = connect_retrying(&admin_url).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("CREATE DATABASE");
+        let url = with_database(&admin_url, &name);
+        let store = Store::connect(
+            &url,
+            &PoolConfig {
+                max_connections: 10,
+                ..PoolConfig::default()
+            },
+        )
+        .await
+        .expect("connect");
+        store.migrate().await.expect("migrate");
+        Self {
+            url,
+            store,
+            name,
+            admin_url,
+        }
+    }
+
+    /// A plain connection, for checks the store API does not offer.
+    pub async fn sql(&self) -> PgConnection {
+        connect_retrying(&self.url).await
+    }
+}
+
+async fn connect_retrying(url: &str) -> PgConnection {
+    let mut last = None;
+    for _ in 0..50 {
+        match PgConnection::connect(url).await {
+            Ok(c) => return c,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("cannot connect to {url}: {last:?}");
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        // Dropping needs async I/O, and the test's runtime may be gone already.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(mut c) = PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut c)
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+#[test]
+fn database_urls_are_rewritten() {
+    assert_eq!(
+        with_database("postgres://u@h:5/postgres", "x"),
+        "postgres://u@h:5/x"
+    );
+    assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+    assert_eq!(
+        with_database("postgres://u@h/db?sslmode=disable", "x"),
+        "postgres://u@h/x?sslmode=disable"
+    );
+}
