@@ -107,7 +107,7 @@ impl StateKeys {
 }
 
 fn decode_key(k: &str) -> Option<Vec<u8>> {
-    if k.len() % 2 == 0 && k.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if k.len().is_multiple_of(2) && k.bytes().all(|b| b.is_ascii_hexdigit()) {
         return (0..k.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&k[i..i + 2], 16).ok())

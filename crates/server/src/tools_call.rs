@@ -112,7 +112,7 @@ fn millis(d: Duration) -> i64 {
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| millis(d))
+        .map_or(0, millis)
 }
 
 enum Round {
