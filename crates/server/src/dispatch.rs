@@ -123,6 +123,17 @@ fn list(
     Ok(result)
 }
 
+/// PostgreSQL cannot store U+0000 in text or jsonb, so params that would be stored must
+/// not carry it.
+pub(crate) fn refuse_nul(params: &Map<String, Value>, what: &str) -> Result<(), RpcError> {
+    if params.get(what).is_some_and(mcp_tasks_wire::json::contains_nul) {
+        return Err(RpcError::invalid_params(format!(
+            "params.{what} must not contain the NUL character (U+0000)"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn string_param<'a>(
     params: &'a Map<String, Value>,
     key: &str,

@@ -9,7 +9,7 @@ use mcp_tasks_wire::{ErrorObject, RequestMeta, codes};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::dispatch::string_param;
+use crate::dispatch::{refuse_nul, string_param};
 use crate::error::RpcError;
 
 pub(crate) async fn handle(
@@ -32,6 +32,7 @@ pub(crate) async fn handle(
             Ok(task.view().get_result())
         }
         "tasks/update" => {
+            refuse_nul(params, "inputResponses")?;
             let responses = match params.get("inputResponses") {
                 Some(Value::Object(r)) => r,
                 Some(_) => {

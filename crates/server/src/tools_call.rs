@@ -18,7 +18,7 @@ use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::dispatch::string_param;
+use crate::dispatch::{refuse_nul, string_param};
 use crate::error::RpcError;
 use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
 use crate::tasks_methods::{found, parse_task_id};
@@ -44,6 +44,8 @@ pub(crate) async fn call(
             ));
         }
     };
+    refuse_nul(params, "arguments")?;
+    refuse_nul(params, "inputResponses")?;
     state
         .registry()
         .validate_arguments(name, &arguments)

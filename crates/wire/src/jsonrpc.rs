@@ -15,9 +15,11 @@ pub enum RequestId {
 }
 
 impl RequestId {
+    /// Strings and integers only: the MCP schema allows no fractional ids, and a number
+    /// beyond 64 bits could not be echoed exactly.
     fn from_value(value: &Value) -> Option<Self> {
         match value {
-            Value::Number(n) => Some(Self::Number(n.clone())),
+            Value::Number(n) if n.is_i64() || n.is_u64() => Some(Self::Number(n.clone())),
             Value::String(s) => Some(Self::String(s.clone())),
             _ => None,
         }
@@ -121,7 +123,7 @@ pub fn parse_value(value: Value) -> Result<Incoming, EnvelopeError> {
             None => {
                 return Err(EnvelopeError::new(
                     None,
-                    ErrorObject::invalid_request("\"id\" must be a string or a number"),
+                    ErrorObject::invalid_request("\"id\" must be a string or a 64-bit integer"),
                 ));
             }
         },
@@ -257,6 +259,8 @@ mod tests {
             ("42", -32600, false),
             (r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#, -32600, false),
             (r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#, -32600, false),
+            (r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#, -32600, false),
+            (r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"m"}"#, -32600, false),
             (r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#, -32600, true),
             (r#"{"jsonrpc":"2.0","id":1}"#, -32600, true),
             (r#"{"jsonrpc":"2.0","id":1,"method":5}"#, -32600, true),

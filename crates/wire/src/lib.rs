@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod headers;
+pub mod json;
 pub mod jsonrpc;
 pub mod meta;
 pub mod results;

@@ -9,6 +9,7 @@ use mcp_tasks_store::{Claimed, Finish, InputOutcome, Lease, Store};
 use mcp_tasks_tools::{
     BoxFuture, ContextError, Outcome, TaskSink, ToolContext, ToolError, ToolResult,
 };
+use mcp_tasks_wire::json::replace_nul;
 use mcp_tasks_wire::{ErrorObject, codes};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
@@ -132,7 +133,9 @@ async fn run(
         return;
     }
     let finish = match outcome {
-        Some(Ok(Outcome::Complete(result))) => {
+        Some(Ok(Outcome::Complete(mut result))) => {
+            // Whatever a tool returns must be storable.
+            replace_nul(&mut result);
             Finish::Completed(shared.config.server_info.stamped_call_tool_result(result))
         }
         Some(Ok(Outcome::Cancelled)) => Finish::Cancelled,
@@ -146,9 +149,15 @@ async fn run(
                     ),
                 ))
             } else {
-                match request_input(store, &lease, requests.as_map()).await {
+                let mut requests = Value::Object(requests.into_map());
+                replace_nul(&mut requests);
+                let requests = match requests {
+                    Value::Object(m) => m,
+                    _ => serde_json::Map::new(),
+                };
+                match request_input(store, &lease, &requests).await {
                     Some(InputOutcome::Applied) => {
-                        tracing::info!(keys = requests.as_map().len(), "waiting for input");
+                        tracing::info!(keys = requests.len(), "waiting for input");
                         return;
                     }
                     Some(InputOutcome::CancelRequested) => Finish::Cancelled,
@@ -167,7 +176,13 @@ async fn run(
                 }
             }
         }
-        Some(Err(ToolError::Protocol(error))) => Finish::Failed(error),
+        Some(Err(ToolError::Protocol(mut error))) => {
+            error.message = error.message.replace('\0', "\u{fffd}");
+            if let Some(data) = error.data.as_mut() {
+                replace_nul(data);
+            }
+            Finish::Failed(error)
+        }
         Some(Err(ToolError::Interrupted)) | None => match stop {
             Some(StopReason::CancelRequested) => Finish::Cancelled,
             Some(StopReason::Shutdown) => {
@@ -276,7 +291,11 @@ struct LeaseSink {
 impl TaskSink for LeaseSink {
     fn set_status<'a>(&'a self, message: &'a str) -> BoxFuture<'a, Result<(), ContextError>> {
         Box::pin(async move {
-            let message: String = message.chars().take(MAX_STATUS_CHARS).collect();
+            let message: String = message
+                .chars()
+                .take(MAX_STATUS_CHARS)
+                .map(|c| if c == '\0' { '\u{fffd}' } else { c })
+                .collect();
             match self.store.set_status_message(&self.lease, &message).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(ContextError::Interrupted),
@@ -290,7 +309,9 @@ impl TaskSink for LeaseSink {
         checkpoint: &'a Value,
     ) -> BoxFuture<'a, Result<(), ContextError>> {
         Box::pin(async move {
-            match self.store.save_checkpoint(&self.lease, checkpoint).await {
+            let mut checkpoint = checkpoint.clone();
+            replace_nul(&mut checkpoint);
+            match self.store.save_checkpoint(&self.lease, &checkpoint).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(ContextError::Interrupted),
                 Err(e) => Err(ContextError::Unavailable(e.to_string())),
