@@ -98,6 +98,6 @@ LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN ttl IS NULL THEN NULL
-        ELSE GREATEST(ttl, (EXTRACT(EPOCH FROM (now() - created)) * 1000)::bigint + retention)
+        ELSE GREATEST(ttl, ceil(EXTRACT(EPOCH FROM (now() - created)) * 1000)::bigint + retention)
     END
 $$;

@@ -126,7 +126,10 @@ fn list(
 /// PostgreSQL cannot store U+0000 in text or jsonb, so params that would be stored must
 /// not carry it.
 pub(crate) fn refuse_nul(params: &Map<String, Value>, what: &str) -> Result<(), RpcError> {
-    if params.get(what).is_some_and(mcp_tasks_wire::json::contains_nul) {
+    if params
+        .get(what)
+        .is_some_and(mcp_tasks_wire::json::contains_nul)
+    {
         return Err(RpcError::invalid_params(format!(
             "params.{what} must not contain the NUL character (U+0000)"
         )));

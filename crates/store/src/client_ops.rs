@@ -183,35 +183,31 @@ impl Store {
         responses: &Map<String, Value>,
         validate: impl Fn(&str, &Value, &Value) -> Result<(), String>,
     ) -> Result<Lookup<Result<UpdateOutcome, InputValidationError>>> {
+        // Every path that changes nothing rolls back explicitly: a dropped transaction is
+        // only rolled back once its connection is back in the pool, and until then the
+        // row stays locked and claims skip the task.
         let mut tx = self.pool().begin().await?;
         let task = match self.lock_task(&mut tx, owner, id).await? {
             Lookup::Found(task) => task,
-            Lookup::Expired => return Ok(Lookup::Expired),
-            Lookup::NotFound => return Ok(Lookup::NotFound),
-        };
-        let Some(mut outstanding) = task.input_requests else {
-            return Ok(Lookup::Found(Ok(UpdateOutcome::Ignored)));
-        };
-
-        let mut answered = Map::new();
-        for (key, response) in responses {
-            let Some(request) = outstanding.get(key) else {
-                continue;
-            };
-            if let Err(reason) = validate(key, request, response) {
-                return Ok(Lookup::Found(Err(InputValidationError {
-                    key: key.clone(),
-                    reason,
-                })));
+            Lookup::Expired => {
+                tx.rollback().await?;
+                return Ok(Lookup::Expired);
             }
-            answered.insert(key.clone(), response.clone());
-        }
-        if answered.is_empty() {
-            return Ok(Lookup::Found(Ok(UpdateOutcome::Ignored)));
-        }
-        for key in answered.keys() {
-            outstanding.remove(key);
-        }
+            Lookup::NotFound => {
+                tx.rollback().await?;
+                return Ok(Lookup::NotFound);
+            }
+        };
+        let AnswerPlan {
+            answered,
+            outstanding,
+        } = match plan_answers(task.input_requests, responses, &validate) {
+            Ok(Some(plan)) => plan,
+            nothing_to_do => {
+                tx.rollback().await?;
+                return Ok(Lookup::Found(nothing_to_do.map(|_| UpdateOutcome::Ignored)));
+            }
+        };
         let resumed = outstanding.is_empty();
         let keys: Vec<String> = answered.keys().cloned().collect();
 
@@ -254,10 +250,17 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let task = match self.lock_task(&mut tx, owner, id).await? {
             Lookup::Found(task) => task,
-            Lookup::Expired => return Ok(Lookup::Expired),
-            Lookup::NotFound => return Ok(Lookup::NotFound),
+            Lookup::Expired => {
+                tx.rollback().await?;
+                return Ok(Lookup::Expired);
+            }
+            Lookup::NotFound => {
+                tx.rollback().await?;
+                return Ok(Lookup::NotFound);
+            }
         };
         if task.status.is_terminal() {
+            tx.rollback().await?;
             return Ok(Lookup::Found(CancelOutcome::AlreadyTerminal));
         }
 
@@ -312,4 +315,43 @@ impl Store {
         tx.commit().await?;
         Ok(Lookup::Found(outcome))
     }
+}
+
+/// Answers that each answer an outstanding request, and the requests left after them.
+struct AnswerPlan {
+    answered: Map<String, Value>,
+    outstanding: Map<String, Value>,
+}
+
+/// Keeps the answers to outstanding requests (validated) and ignores the rest. `None`
+/// when nothing would change.
+fn plan_answers(
+    outstanding: Option<Map<String, Value>>,
+    responses: &Map<String, Value>,
+    validate: &impl Fn(&str, &Value, &Value) -> Result<(), String>,
+) -> Result<Option<AnswerPlan>, InputValidationError> {
+    let Some(mut outstanding) = outstanding else {
+        return Ok(None);
+    };
+    let mut answered = Map::new();
+    for (key, response) in responses {
+        let Some(request) = outstanding.get(key) else {
+            continue;
+        };
+        validate(key, request, response).map_err(|reason| InputValidationError {
+            key: key.clone(),
+            reason,
+        })?;
+        answered.insert(key.clone(), response.clone());
+    }
+    if answered.is_empty() {
+        return Ok(None);
+    }
+    for key in answered.keys() {
+        outstanding.remove(key);
+    }
+    Ok(Some(AnswerPlan {
+        answered,
+        outstanding,
+    }))
 }

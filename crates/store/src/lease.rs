@@ -90,8 +90,8 @@ impl Store {
                 FROM tasks
                 WHERE status = 'working'
                   AND run_after <= now()
-                  AND NOT (lease_owner IS NOT NULL
-                           AND (attempt >= max_attempts OR cancel_requested_at IS NOT NULL))
+                  AND cancel_requested_at IS NULL
+                  AND NOT (lease_owner IS NOT NULL AND attempt >= max_attempts)
                 ORDER BY run_after
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
@@ -132,8 +132,8 @@ impl Store {
             .collect()
     }
 
-    /// Finishes tasks whose lease lapsed and that must not run again: cancellation was
-    /// requested (cancelled), or every attempt was used (failed, worker lost).
+    /// Finishes runnable tasks that must not run again: cancellation was requested
+    /// (cancelled), or their lease lapsed with every attempt used (failed, worker lost).
     #[tracing::instrument(name = "db.lease.rescue", skip_all, err)]
     pub async fn rescue_lapsed(&self, limit: i64) -> Result<RescueReport> {
         let statuses: Vec<String> = sqlx::query_scalar(concat!(
@@ -143,8 +143,8 @@ impl Store {
                 FROM tasks
                 WHERE status = 'working'
                   AND run_after <= now()
-                  AND lease_owner IS NOT NULL
-                  AND (attempt >= max_attempts OR cancel_requested_at IS NOT NULL)
+                  AND (cancel_requested_at IS NOT NULL
+                       OR (lease_owner IS NOT NULL AND attempt >= max_attempts))
                 LIMIT $1
                 FOR UPDATE SKIP LOCKED
             )
@@ -250,6 +250,27 @@ impl Store {
         .bind(lease.id.0)
         .bind(lease.token)
         .bind(checkpoint)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn finish_if_cancel_requested(&self, lease: &Lease) -> Result<bool> {
+        let done = sqlx::query(concat!(
+            "UPDATE tasks SET
+                 status = 'cancelled',
+                 status_message = 'Cancelled at the client''s request',
+                 ",
+            finish_columns!(),
+            "
+             WHERE ",
+            fenced!(),
+            " AND cancel_requested_at IS NOT NULL"
+        ))
+        .bind(&lease.owner.tenant)
+        .bind(&lease.owner.principal)
+        .bind(lease.id.0)
+        .bind(lease.token)
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
@@ -372,9 +393,13 @@ impl Store {
     }
 
     /// Gives a task back unfinished (worker shutdown), so another worker can start it at
-    /// once. The interrupted run does not count as an attempt.
+    /// once. The interrupted run does not count as an attempt. A task whose cancellation
+    /// was requested meanwhile is finished as cancelled instead of being run again.
     #[tracing::instrument(name = "db.lease.release", skip_all, err)]
     pub async fn release(&self, lease: &Lease) -> Result<bool> {
+        if self.finish_if_cancel_requested(lease).await? {
+            return Ok(true);
+        }
         let released: Option<bool> = sqlx::query_scalar(concat!(
             "WITH released AS (
                  UPDATE tasks SET
@@ -384,7 +409,8 @@ impl Store {
                      attempt = greatest(attempt - 1, 0)
                  WHERE ",
             fenced!(),
-            " RETURNING id
+            " AND cancel_requested_at IS NULL
+                 RETURNING id
              )
              SELECT pg_notify($5, '') IS NOT NULL FROM released"
         ))

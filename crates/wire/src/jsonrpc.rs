@@ -260,7 +260,11 @@ mod tests {
             (r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#, -32600, false),
             (r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#, -32600, false),
             (r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#, -32600, false),
-            (r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"m"}"#, -32600, false),
+            (
+                r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"m"}"#,
+                -32600,
+                false,
+            ),
             (r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#, -32600, true),
             (r#"{"jsonrpc":"2.0","id":1}"#, -32600, true),
             (r#"{"jsonrpc":"2.0","id":1,"method":5}"#, -32600, true),

@@ -14,6 +14,7 @@ use mcp_tasks_wire::{ErrorObject, codes};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use crate::{Running, Shared, StopReason};
@@ -35,6 +36,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
                 lease: lease.clone(),
                 cancel: cancel.clone(),
                 reason: reason.clone(),
+                abort: None,
             },
         );
     let span = tracing::info_span!(
@@ -45,7 +47,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
         trace_id = %trace_id(claimed.task.trace_context.as_ref()),
     );
     let shared2 = shared.clone();
-    shared.tracker.spawn(
+    let handle = shared.tracker.spawn(
         async move {
             run(&shared2, claimed, cancel, reason).await;
             shared2
@@ -59,6 +61,14 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
         }
         .instrument(span),
     );
+    if let Some(run) = shared
+        .running
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(&lease.id)
+    {
+        run.abort = Some(handle.abort_handle());
+    }
 }
 
 /// The trace id of a stored W3C `traceparent` (`00-<trace>-<span>-<flags>`).
@@ -112,7 +122,7 @@ async fn run(
 
     // The handler runs in its own task so a panic is contained and so it can be aborted
     // if it ignores cancellation.
-    let mut handle = tokio::spawn(tool.run(ctx).in_current_span());
+    let mut handle = AbortOnDropHandle::new(tokio::spawn(tool.run(ctx).in_current_span()));
     let outcome: Option<ToolResult> = tokio::select! {
         joined = &mut handle => Some(flatten(joined)),
         () = cancel.cancelled() => {
@@ -187,7 +197,9 @@ async fn run(
             Some(StopReason::CancelRequested) => Finish::Cancelled,
             Some(StopReason::Shutdown) => {
                 match retry(store, &lease, |s, l| async move { s.release(&l).await }).await {
-                    Some(true) => tracing::info!("released for another worker"),
+                    Some(true) => tracing::info!(
+                        "released for another worker (or cancelled, if that was requested meanwhile)"
+                    ),
                     _ => tracing::warn!("could not release; the lease will lapse instead"),
                 }
                 return;

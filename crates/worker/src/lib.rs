@@ -26,7 +26,7 @@ use mcp_tasks_tools::Registry;
 use mcp_tasks_wire::results::Implementation;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -103,6 +103,8 @@ struct Running {
     lease: Lease,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<StopReason>>>,
+    /// The task running it, so that dropping the worker stops it.
+    abort: Option<tokio::task::AbortHandle>,
 }
 
 impl Running {
@@ -184,11 +186,23 @@ pub async fn run(
         tracker: TaskTracker::new(),
     });
 
+    // If this future is dropped (the process is going away, or a test simulates a crash)
+    // everything it started stops with it.
+    let _abort_runs = AbortRunsOnDrop(shared.clone());
     // Heartbeats must outlive the claim loop: they keep leases alive during the drain.
     let heartbeats_stop = CancellationToken::new();
-    let heartbeat = tokio::spawn(loops::heartbeat(shared.clone(), heartbeats_stop.clone()));
-    let listen = tokio::spawn(loops::listen(shared.clone(), shutdown.clone()));
-    let maintenance = tokio::spawn(loops::maintenance(shared.clone(), shutdown.clone()));
+    let heartbeat = AbortOnDropHandle::new(tokio::spawn(loops::heartbeat(
+        shared.clone(),
+        heartbeats_stop.clone(),
+    )));
+    let listen = AbortOnDropHandle::new(tokio::spawn(loops::listen(
+        shared.clone(),
+        shutdown.clone(),
+    )));
+    let maintenance = AbortOnDropHandle::new(tokio::spawn(loops::maintenance(
+        shared.clone(),
+        shutdown.clone(),
+    )));
 
     loops::claim(shared.clone(), shutdown.clone()).await;
 
@@ -226,4 +240,17 @@ pub async fn run(
     let _ = tokio::join!(heartbeat, listen, maintenance);
     tracing::info!(worker = %shared.config.worker_id, "worker stopped");
     Ok(())
+}
+
+struct AbortRunsOnDrop(Arc<Shared>);
+
+impl Drop for AbortRunsOnDrop {
+    fn drop(&mut self) {
+        let running = self.0.running.lock().unwrap_or_else(|e| e.into_inner());
+        for run in running.values() {
+            if let Some(abort) = &run.abort {
+                abort.abort();
+            }
+        }
+    }
 }

@@ -14,9 +14,9 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
 /// A database that is dropped when the test ends.
-pub struct TestDb {
-    pub url: String,
-    pub store: Store,
+pub(crate) struct TestDb {
+    pub(crate) url: String,
+    pub(crate) store: Store,
     name: String,
     admin_url: String,
 }
@@ -88,7 +88,7 @@ fn with_database(url: &str, db: &str) -> String {
 }
 
 impl TestDb {
-    pub async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let admin_url = server_url();
         let name = format!("mcp_tasks_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = connect_retrying(&admin_url).await;
@@ -116,7 +116,7 @@ impl TestDb {
     }
 
     /// A plain connection, for checks the store API does not offer.
-    pub async fn sql(&self) -> PgConnection {
+    pub(crate) async fn sql(&self) -> PgConnection {
         connect_retrying(&self.url).await
     }
 }

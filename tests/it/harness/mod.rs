@@ -1,8 +1,8 @@
 //! The test harness: fresh databases, in-process replicas and workers built from the
 //! real crates, and real `mcp-tasks` processes for the tests that kill them.
 
-pub mod db;
-pub mod procs;
+pub(crate) mod db;
+pub(crate) mod procs;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,9 +19,9 @@ use test_auth::HeaderAuth;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use db::TestDb;
+pub(crate) use db::TestDb;
 
-pub fn server_info() -> Implementation {
+pub(crate) fn server_info() -> Implementation {
     Implementation {
         name: "mcp-tasks-test".into(),
         version: "0.0.0".into(),
@@ -33,7 +33,7 @@ mod test_auth {
     use mcp_tasks_server::{AuthError, Authenticator};
     use mcp_tasks_store::Owner;
 
-    pub struct HeaderAuth;
+    pub(crate) struct HeaderAuth;
 
     impl Authenticator for HeaderAuth {
         fn authenticate(&self, headers: &reqwest::header::HeaderMap) -> Result<Owner, AuthError> {
@@ -52,26 +52,26 @@ mod test_auth {
     }
 }
 
-pub fn registry(packs: &str) -> Registry {
+pub(crate) fn registry(packs: &str) -> Registry {
     Registry::from_packs(packs).expect("packs")
 }
 
-pub fn server_config() -> ServerConfig {
+pub(crate) fn server_config() -> ServerConfig {
     let mut c = ServerConfig::new(server_info());
     c.sync_wait = Duration::from_secs(20);
     c
 }
 
 /// A replica served in this process on a free loopback port.
-pub struct Replica {
-    pub addr: SocketAddr,
-    pub url: String,
+pub(crate) struct Replica {
+    pub(crate) addr: SocketAddr,
+    pub(crate) url: String,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Replica {
-    pub async fn start(store: &Store, registry: Registry) -> Self {
+    pub(crate) async fn start(store: &Store, registry: Registry) -> Self {
         Self::start_with(
             store,
             registry,
@@ -81,7 +81,7 @@ impl Replica {
         .await
     }
 
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         store: &Store,
         registry: Registry,
         config: ServerConfig,
@@ -116,17 +116,17 @@ impl Replica {
     }
 
     /// A client of this replica declaring tasks and elicitation, as principal `who`.
-    pub fn client(&self, who: &str) -> Client {
+    pub(crate) fn client(&self, who: &str) -> Client {
         Client::with_tasks(&self.url).header("x-test-principal", who)
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         let _ = self.task.await;
     }
 }
 
-pub fn worker_config() -> WorkerConfig {
+pub(crate) fn worker_config() -> WorkerConfig {
     let mut c = WorkerConfig::new(server_info());
     c.concurrency = 8;
     c.lease = Duration::from_secs(3);
@@ -138,46 +138,42 @@ pub fn worker_config() -> WorkerConfig {
 }
 
 /// A worker running in this process.
-pub struct Worker {
-    pub shutdown: CancellationToken,
+pub(crate) struct Worker {
+    pub(crate) shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Worker {
-    pub fn start(store: &Store, registry: Registry) -> Self {
+    pub(crate) fn start(store: &Store, registry: Registry) -> Self {
         Self::start_with(store, registry, worker_config())
     }
 
-    pub fn start_with(store: &Store, registry: Registry, config: WorkerConfig) -> Self {
+    pub(crate) fn start_with(store: &Store, registry: Registry, config: WorkerConfig) -> Self {
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(mcp_tasks_worker::run(
-            store.clone(),
-            registry,
-            config,
-            shutdown.clone(),
-        ));
+        let run = mcp_tasks_worker::run(store.clone(), registry, config, shutdown.clone());
         Self {
             shutdown,
             task: tokio::spawn(async move {
-                task.await.expect("worker panicked").expect("worker failed");
+                run.await.expect("worker failed");
             }),
         }
     }
 
     /// Graceful stop: waits for the drain to finish.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         let _ = self.task.await;
     }
 
-    /// Stops the worker's loops at once, like a crash: nothing is released or recorded.
-    pub fn abort(self) {
+    /// Stops the worker at once, like a crash: dropping `run` aborts every loop and every
+    /// running handler, and nothing is released or recorded.
+    pub(crate) fn abort(self) {
         self.task.abort();
     }
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -195,11 +191,11 @@ where
     }
 }
 
-pub fn status(task: &Value) -> &str {
+pub(crate) fn status(task: &Value) -> &str {
     mcp_tasks_client::status_of(task)
 }
 
-pub fn task_id(created: &Value) -> String {
+pub(crate) fn task_id(created: &Value) -> String {
     created["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("no taskId in {created}"))

@@ -8,18 +8,18 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-tasks-under-test");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_mcp-tasks-under-test");
 
 /// A running `mcp-tasks` process. Killed when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     child: Child,
-    pub addr: Option<SocketAddr>,
-    pub name: String,
+    pub(crate) addr: Option<SocketAddr>,
+    pub(crate) name: String,
 }
 
 impl Proc {
     /// `mcp-tasks serve` on a free port; returns once it is listening.
-    pub async fn serve(database_url: &str, tools: &str, extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) async fn serve(database_url: &str, tools: &str, extra_env: &[(&str, &str)]) -> Self {
         let mut p = Self::spawn(
             "serve",
             database_url,
@@ -37,7 +37,7 @@ impl Proc {
     }
 
     /// `mcp-tasks worker`.
-    pub fn worker(database_url: &str, tools: &str, extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) fn worker(database_url: &str, tools: &str, extra_env: &[(&str, &str)]) -> Self {
         let mut p = Self::spawn(
             "worker",
             database_url,
@@ -90,21 +90,21 @@ impl Proc {
         });
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/mcp", self.addr.expect("not a replica"))
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id().map_or(0, |p| p as i32)
     }
 
     /// SIGKILL: no chance to clean up, as in a crash.
-    pub async fn kill(mut self) {
+    pub(crate) async fn kill(mut self) {
         let _ = self.child.kill().await;
     }
 
     /// SIGTERM, then waits for the process to exit; returns whether it exited cleanly.
-    pub async fn terminate(mut self, within: Duration) -> bool {
+    pub(crate) async fn terminate(mut self, within: Duration) -> bool {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.pid()),
             nix::sys::signal::Signal::SIGTERM,
