@@ -104,7 +104,7 @@ async fn run(
             codes::INTERNAL_ERROR,
             format!("Tool {:?} is not available on the workers", task.tool),
         );
-        record(store, &lease, Finish::Failed(error), None).await;
+        record(shared, &lease, Finish::Failed(error), None).await;
         return;
     };
 
@@ -165,7 +165,7 @@ async fn run(
                     Value::Object(m) => m,
                     _ => serde_json::Map::new(),
                 };
-                match request_input(store, &lease, &requests).await {
+                match request_input(shared, &lease, &requests).await {
                     Some(InputOutcome::Applied) => {
                         tracing::info!(keys = requests.len(), "waiting for input");
                         return;
@@ -196,7 +196,11 @@ async fn run(
         Some(Err(ToolError::Interrupted)) | None => match stop {
             Some(StopReason::CancelRequested) => Finish::Cancelled,
             Some(StopReason::Shutdown) => {
-                match retry(store, &lease, |s, l| async move { s.release(&l).await }).await {
+                match retry(store, &lease, shared.config.lease, |s, l| async move {
+                    s.release(&l).await
+                })
+                .await
+                {
                     Some(true) => tracing::info!(
                         "released for another worker (or cancelled, if that was requested meanwhile)"
                     ),
@@ -215,7 +219,7 @@ async fn run(
         Finish::Cancelled => Some("Cancelled at the client's request"),
         _ => None,
     };
-    record(store, &lease, finish, message).await;
+    record(shared, &lease, finish, message).await;
 }
 
 fn flatten(joined: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
@@ -228,14 +232,15 @@ fn flatten(joined: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
     })
 }
 
-async fn record(store: &Store, lease: &Lease, finish: Finish, message: Option<&'static str>) {
+async fn record(shared: &Shared, lease: &Lease, finish: Finish, message: Option<&'static str>) {
+    let store = &shared.store;
     let status = match &finish {
         Finish::Completed(_) => "completed",
         Finish::Failed(_) => "failed",
         Finish::Cancelled => "cancelled",
     };
     let finish = Arc::new(finish);
-    let written = retry(store, lease, |s, l| {
+    let written = retry(store, lease, shared.config.lease, |s, l| {
         let finish = finish.clone();
         async move { s.finish(&l, &finish, message).await }
     })
@@ -254,12 +259,12 @@ async fn record(store: &Store, lease: &Lease, finish: Finish, message: Option<&'
 }
 
 async fn request_input(
-    store: &Store,
+    shared: &Shared,
     lease: &Lease,
     requests: &serde_json::Map<String, Value>,
 ) -> Option<InputOutcome> {
     let requests = Arc::new(requests.clone());
-    retry(store, lease, |s, l| {
+    retry(&shared.store, lease, shared.config.lease, |s, l| {
         let requests = requests.clone();
         async move {
             s.request_input(&l, &requests, Some("Waiting for input"), None)
@@ -271,12 +276,12 @@ async fn request_input(
 
 /// Retries a lease write through database blips, for at most one lease length (after
 /// that the lease has lapsed and the write would be refused anyway).
-async fn retry<T, F, Fut>(store: &Store, lease: &Lease, op: F) -> Option<T>
+async fn retry<T, F, Fut>(store: &Store, lease: &Lease, within: Duration, op: F) -> Option<T>
 where
     F: Fn(Store, Lease) -> Fut,
     Fut: Future<Output = mcp_tasks_store::Result<T>>,
 {
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    let give_up = tokio::time::Instant::now() + within;
     let mut delay = Duration::from_millis(50);
     loop {
         match op(store.clone(), lease.clone()).await {
