@@ -5,4 +5,5 @@ mod harness;
 mod leases;
 mod processes;
 mod protocol;
+mod push;
 mod smoke;

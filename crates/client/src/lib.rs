@@ -5,6 +5,7 @@
 //! polling a task after a restart from nothing but the task id.
 
 mod demo;
+mod listen;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use mcp_tasks_wire::{PROTOCOL_VERSION, TASKS_EXTENSION, meta_keys};
 use serde_json::{Map, Value, json};
 
 pub use demo::run_demo;
+pub use listen::Subscription;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -100,7 +102,7 @@ impl Client {
     /// A client declaring `capabilities` on every request.
     pub fn new(url: impl Into<String>, capabilities: Value) -> Self {
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(120))
+            .connect_timeout(Duration::from_secs(10))
             .build()
             .unwrap_or_default();
         Self {
@@ -155,6 +157,34 @@ impl Client {
         method: &str,
         params: Value,
     ) -> Result<Exchange, ClientError> {
+        // One answer should never take this long; a listen stream has no such limit.
+        let response = self
+            .post(&id, method, params)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await?;
+        let body = if text.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
+                    status,
+                    body: text.chars().take(500).collect(),
+                })?,
+            )
+        };
+        Ok(Exchange {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// A POST of one request, with its `_meta` and routing headers.
+    fn post(&self, id: &Value, method: &str, params: Value) -> reqwest::RequestBuilder {
         let mut params = match params {
             Value::Object(m) => m,
             _ => Map::new(),
@@ -186,25 +216,7 @@ impl Client {
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
-        let response = request.send().await?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await?;
-        let body = if text.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
-                    status,
-                    body: text.chars().take(500).collect(),
-                })?,
-            )
-        };
-        Ok(Exchange {
-            status,
-            headers,
-            body,
-        })
+        request
     }
 
     /// Sends a request with the next id and returns its result.

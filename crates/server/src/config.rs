@@ -66,6 +66,15 @@ pub struct ServerConfig {
     /// Cache freshness advertised on `server/discover` and list results.
     pub cache_ttl: Duration,
     pub instructions: Option<String>,
+    /// Most task ids one `subscriptions/listen` may name.
+    pub max_listen_tasks: usize,
+    /// Most listen streams one principal may hold open on one replica.
+    pub max_streams_per_principal: usize,
+    /// Interval of SSE keep-alive comments on idle streams.
+    pub keep_alive: Duration,
+    /// Shortest gap between two "there is work" notifications to the workers.
+    pub wake_interval: Duration,
+    pub hub: crate::HubConfig,
 }
 
 impl ServerConfig {
@@ -80,6 +89,11 @@ impl ServerConfig {
             request_state_ttl: Duration::from_secs(15 * 60),
             cache_ttl: Duration::from_secs(300),
             instructions: None,
+            max_listen_tasks: 100,
+            max_streams_per_principal: 64,
+            keep_alive: Duration::from_secs(15),
+            wake_interval: Duration::from_millis(2),
+            hub: crate::HubConfig::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use mcp_tasks_wire::{ErrorObject, Request, RequestMeta, SUPPORTED_VERSIONS};
 use serde_json::{Map, Value, json};
 
 use crate::error::RpcError;
-use crate::{AppState, legacy, tasks_methods, tools_call, trace};
+use crate::{AppState, legacy, push, tasks_methods, tools_call, trace};
 
 /// Methods of earlier revisions (or of capabilities this server does not offer) that
 /// must answer "method not found" rather than anything that hints they half-work.
@@ -24,14 +24,21 @@ const REMOVED: &[&str] = &[
     "completion/complete",
 ];
 
+/// What a request gets back: one JSON-RPC result, or (for `subscriptions/listen`) a
+/// stream that carries its own frames and ends with the result.
+pub(crate) enum Reply {
+    Result(Value),
+    Stream(axum::response::Response),
+}
+
 pub(crate) async fn handle(
     state: &AppState,
     owner: &Owner,
     headers: &HeaderMap,
     request: Request,
-) -> Result<Value, RpcError> {
+) -> Result<Reply, RpcError> {
     if let Some(result) = legacy::initialize(state, &request) {
-        return Ok(result);
+        return Ok(Reply::Result(result));
     }
 
     let meta = RequestMeta::from_params(&request.params).map_err(RpcError::protocol)?;
@@ -74,13 +81,18 @@ pub(crate) async fn handle(
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             tasks_methods::handle(state, owner, &meta, &request.method, &request.params).await?
         }
+        "subscriptions/listen" => {
+            let stream =
+                push::listen::listen(state, owner, &meta, &request.id, &request.params).await?;
+            return Ok(Reply::Stream(stream));
+        }
         method if REMOVED.contains(&method) => {
             return Err(RpcError::protocol(ErrorObject::method_not_found(method)));
         }
         method => return Err(RpcError::protocol(ErrorObject::method_not_found(method))),
     };
     state.config().server_info.stamp(&mut result, "complete");
-    Ok(Value::Object(result))
+    Ok(Reply::Result(Value::Object(result)))
 }
 
 fn discover(state: &AppState) -> Map<String, Value> {

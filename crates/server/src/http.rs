@@ -144,10 +144,11 @@ async fn mcp(
     )
     .await;
     match outcome {
-        Ok(result) => json_response(
+        Ok(dispatch::Reply::Result(result)) => json_response(
             StatusCode::OK,
             json!({ "jsonrpc": "2.0", "id": id.to_value(), "result": result }),
         ),
+        Ok(dispatch::Reply::Stream(response)) => response,
         Err(RpcError {
             error,
             status,

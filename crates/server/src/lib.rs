@@ -14,6 +14,7 @@ mod dispatch;
 mod error;
 mod http;
 mod legacy;
+mod push;
 mod request_state;
 mod tasks_methods;
 mod tools_call;
@@ -23,13 +24,18 @@ use std::future::Future;
 use std::sync::Arc;
 
 use mcp_tasks_store::Store;
+use mcp_tasks_store::notify::Waker;
 use mcp_tasks_tools::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::push::hub::Hub;
+use crate::push::listen::StreamCounts;
+
 pub use auth::{AuthError, Authenticator, NoAuth};
 pub use config::{AllowedHosts, ServerConfig};
 pub use http::router;
+pub use push::HubConfig;
 pub use request_state::StateKeys;
 
 /// Everything a request handler needs; cheap to clone.
@@ -45,9 +51,14 @@ struct Inner {
     auth: Arc<dyn Authenticator>,
     state_keys: StateKeys,
     shutdown: CancellationToken,
+    hub: Hub,
+    waker: Waker,
+    streams: Arc<StreamCounts>,
 }
 
 impl AppState {
+    /// Builds the replica's state and starts its background tasks (the push hub and the
+    /// worker waker), which stop with `shutdown`. Must be called inside a Tokio runtime.
     pub fn new(
         store: Store,
         registry: Registry,
@@ -56,6 +67,8 @@ impl AppState {
         state_keys: StateKeys,
         shutdown: CancellationToken,
     ) -> Self {
+        let hub = Hub::start(store.clone(), config.hub.clone(), shutdown.clone());
+        let waker = Waker::start(store.clone(), config.wake_interval, shutdown.clone());
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -64,8 +77,29 @@ impl AppState {
                 auth,
                 state_keys,
                 shutdown,
+                hub,
+                waker,
+                streams: Arc::new(StreamCounts::default()),
             }),
         }
+    }
+
+    fn hub(&self) -> &Hub {
+        &self.inner.hub
+    }
+
+    /// Tells the workers there is work (coalesced).
+    fn wake_workers(&self) {
+        self.inner.waker.wake();
+    }
+
+    fn streams(&self) -> &Arc<StreamCounts> {
+        &self.inner.streams
+    }
+
+    /// Listen streams open on this replica.
+    pub fn open_streams(&self) -> usize {
+        self.inner.streams.total()
     }
 
     pub fn store(&self) -> &Store {

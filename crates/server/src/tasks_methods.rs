@@ -55,6 +55,9 @@ pub(crate) async fn handle(
             )?;
             match outcome {
                 Ok(UpdateOutcome::Applied { keys, resumed }) => {
+                    if resumed {
+                        state.wake_workers();
+                    }
                     tracing::info!(task = %id, answered = keys.len(), resumed, "input applied");
                 }
                 Ok(UpdateOutcome::Ignored) => {

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_tasks_store::{Lookup, NewTask, Owner, Store, TaskId, UpdateOutcome};
+use mcp_tasks_store::{NewTask, Owner, Store, TaskId, UpdateOutcome};
 use mcp_tasks_tools::{
     ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError, validate_input_response,
 };
@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use crate::AppState;
 use crate::dispatch::{refuse_nul, string_param};
 use crate::error::RpcError;
+use crate::push::hub::Snapshot;
 use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
 use crate::tasks_methods::{found, parse_task_id};
 
@@ -100,6 +101,7 @@ pub(crate) async fn call(
             },
         )
         .await?;
+    state.wake_workers();
     tracing::info!(task = %task.id, tool = %tool.name, "task created");
     if declares_tasks {
         return Ok(task.view().create_result());
@@ -346,7 +348,13 @@ async fn apply_answers_to_task(
             .await?,
     )?;
     match outcome {
-        Ok(UpdateOutcome::Applied { .. } | UpdateOutcome::Ignored) => Ok(()),
+        Ok(UpdateOutcome::Applied { resumed, .. }) => {
+            if resumed {
+                state.wake_workers();
+            }
+            Ok(())
+        }
+        Ok(UpdateOutcome::Ignored) => Ok(()),
         Err(invalid) => Err(RpcError::method(
             ErrorObject::new(
                 codes::INVALID_PARAMS,
@@ -407,70 +415,88 @@ async fn wait_for_result(
         armed: true,
     };
     let deadline = tokio::time::Instant::now() + state.config().sync_wait;
-    let mut delay = Duration::from_millis(10);
-    loop {
-        let task = match state.store().get_task(owner, id).await? {
-            Lookup::Found(task) => task,
-            Lookup::Expired | Lookup::NotFound => {
-                guard.disarm();
-                return Err(RpcError::method(ErrorObject::new(
-                    codes::INTERNAL_ERROR,
-                    "The task running this call no longer exists",
-                )));
-            }
-        };
-        match task.status {
-            TaskStatus::Completed => {
-                guard.disarm();
-                let result = task.result.unwrap_or_else(|| json!({ "content": [] }));
-                return Ok(as_map(result));
-            }
-            TaskStatus::Failed => {
-                guard.disarm();
-                return Err(RpcError::method(
-                    task.error.unwrap_or_else(ErrorObject::internal),
-                ));
-            }
-            TaskStatus::Cancelled => {
-                guard.disarm();
-                return Err(RpcError::method(ErrorObject::new(
-                    codes::INTERNAL_ERROR,
-                    "The call was cancelled before it finished",
-                )));
-            }
-            TaskStatus::InputRequired => {
-                let requests = task.input_requests.unwrap_or_default();
-                // Refused (guard still armed): the task is cancelled, as nobody can answer.
-                ensure_client_can_answer(meta, &requests)?;
-                guard.disarm();
-                let token = state.state_keys().sign(&RequestState {
-                    tool: tool.name.clone(),
-                    owner: owner_digest(owner),
-                    expires_ms: now_ms() + millis(state.config().request_state_ttl),
-                    kind: StateKind::Task {
-                        task: id.to_string(),
-                    },
-                });
-                return Ok(input_required_result(requests, token));
-            }
-            TaskStatus::Working => {}
-        }
-        if tokio::time::Instant::now() + delay > deadline {
+    // The hub tells us about every change to the task, read once for all who wait on it.
+    let mut watcher = match state.hub().subscribe(owner, &[id]).await?.pop() {
+        Some(w) => w,
+        None => {
+            guard.disarm();
             return Err(RpcError::method(ErrorObject::new(
                 codes::INTERNAL_ERROR,
-                format!(
-                    "Tool {:?} did not finish within {} s; declare the io.modelcontextprotocol/tasks extension to run it as a task",
-                    tool.name,
-                    state.config().sync_wait.as_secs()
-                ),
+                "The task running this call no longer exists",
+            )));
+        }
+    };
+    loop {
+        let snapshot = watcher.rx.borrow_and_update().clone();
+        if let Snapshot::Task(current) = &snapshot {
+            let task = &current.record;
+            match task.status {
+                TaskStatus::Completed => {
+                    guard.disarm();
+                    let result = task
+                        .result
+                        .clone()
+                        .unwrap_or_else(|| json!({ "content": [] }));
+                    return Ok(as_map(result));
+                }
+                TaskStatus::Failed => {
+                    guard.disarm();
+                    return Err(RpcError::method(
+                        task.error.clone().unwrap_or_else(ErrorObject::internal),
+                    ));
+                }
+                TaskStatus::Cancelled => {
+                    guard.disarm();
+                    return Err(RpcError::method(ErrorObject::new(
+                        codes::INTERNAL_ERROR,
+                        "The call was cancelled before it finished",
+                    )));
+                }
+                TaskStatus::InputRequired => {
+                    let requests = task.input_requests.clone().unwrap_or_default();
+                    // Refused (guard still armed): the task is cancelled, as nobody can answer.
+                    ensure_client_can_answer(meta, &requests)?;
+                    guard.disarm();
+                    let token = state.state_keys().sign(&RequestState {
+                        tool: tool.name.clone(),
+                        owner: owner_digest(owner),
+                        expires_ms: now_ms() + millis(state.config().request_state_ttl),
+                        kind: StateKind::Task {
+                            task: id.to_string(),
+                        },
+                    });
+                    return Ok(input_required_result(requests, token));
+                }
+                TaskStatus::Working => {}
+            }
+        }
+        let gone = matches!(snapshot, Snapshot::Gone);
+        if gone {
+            guard.disarm();
+            return Err(RpcError::method(ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "The task running this call no longer exists",
             )));
         }
         tokio::select! {
-            () = tokio::time::sleep(delay) => {}
+            changed = watcher.rx.changed() => {
+                if changed.is_err() {
+                    return Err(RpcError::unavailable());
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(RpcError::method(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!(
+                        "Tool {:?} did not finish within {} s; declare the io.modelcontextprotocol/tasks extension to run it as a task",
+                        tool.name,
+                        state.config().sync_wait.as_secs()
+                    ),
+                )));
+            }
             () = state.shutdown().cancelled() => {
                 return Err(RpcError::unavailable());
             }
         }
-        delay = (delay * 2).min(Duration::from_millis(250));
     }
 }

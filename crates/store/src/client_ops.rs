@@ -71,27 +71,23 @@ pub enum CancelOutcome {
 
 impl Store {
     /// Creates a task and commits it, so it is readable from every replica as soon as
-    /// this returns.
+    /// this returns. Wake the workers afterwards ([`crate::notify::Waker`]).
     #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
     pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
         let id = TaskId::random();
         let row: TaskRow = sqlx::query_as(
             r"
-            WITH created AS (
-                INSERT INTO tasks (
-                    tenant, principal, id, tool, arguments, trace_context,
-                    status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
-                    input_responses, max_attempts, run_after
-                )
-                VALUES (
-                    $1, $2, $3, $4, $5, $6,
-                    $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
-                    $11, $12, now()
-                )
-                RETURNING *
-            ),
-            wake AS (SELECT pg_notify($13, ''))
-            SELECT created.* FROM created, wake
+            INSERT INTO tasks (
+                tenant, principal, id, tool, arguments, trace_context,
+                status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
+                input_responses, max_attempts, run_after
+            )
+            VALUES (
+                $1, $2, $3, $4, $5, $6,
+                $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
+                $11, $12, now()
+            )
+            RETURNING *
             ",
         )
         .bind(&owner.tenant)
@@ -106,7 +102,6 @@ impl Store {
         .bind(task.retention_ms)
         .bind(Value::Object(task.input_responses))
         .bind(task.max_attempts)
-        .bind(notify::RUNNABLE)
         .fetch_one(self.pool())
         .await?;
         row.try_into()
@@ -172,6 +167,7 @@ impl Store {
     }
 
     /// Applies answers to outstanding input requests, all or nothing, before returning.
+    /// When the outcome says `resumed`, wake the workers ([`crate::notify::Waker`]).
     ///
     /// `validate(key, request, response)` checks one answer against its request. Keys that
     /// are not outstanding are ignored without being validated.
@@ -233,12 +229,6 @@ impl Store {
         .bind(Value::Object(answered))
         .execute(&mut *tx)
         .await?;
-        if resumed {
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(notify::RUNNABLE)
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         Ok(Lookup::Found(Ok(UpdateOutcome::Applied { keys, resumed })))
     }

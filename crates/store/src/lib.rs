@@ -12,6 +12,7 @@ mod lease;
 mod maintenance;
 pub mod notify;
 mod record;
+mod watch;
 
 use std::time::Duration;
 

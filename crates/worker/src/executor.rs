@@ -104,7 +104,7 @@ async fn run(
             codes::INTERNAL_ERROR,
             format!("Tool {:?} is not available on the workers", task.tool),
         );
-        record(shared, &lease, Finish::Failed(error), None).await;
+        record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
         return;
     };
 
@@ -215,11 +215,13 @@ async fn run(
             }
         },
     };
+    // A progress message ("3 of 5 done") would be stale on a finished task.
     let message = match &finish {
-        Finish::Cancelled => Some("Cancelled at the client's request"),
-        _ => None,
+        Finish::Completed(_) => "Completed",
+        Finish::Failed(_) => "Failed",
+        Finish::Cancelled => "Cancelled at the client's request",
     };
-    record(shared, &lease, finish, message).await;
+    record(shared, &lease, finish, Some(message)).await;
 }
 
 fn flatten(joined: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks_store::{TaskId, notify};
-use sqlx::postgres::PgListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -123,7 +122,11 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
 pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut delay = Duration::from_millis(200);
     loop {
-        let mut listener = match PgListener::connect_with(shared.store.pool()).await {
+        let mut listener = match shared
+            .store
+            .listener(&[notify::RUNNABLE, notify::CANCEL])
+            .await
+        {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "LISTEN connection failed; relying on polling");
@@ -135,13 +138,6 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
                 continue;
             }
         };
-        if let Err(e) = listener
-            .listen_all([notify::RUNNABLE, notify::CANCEL])
-            .await
-        {
-            tracing::warn!(error = %e, "LISTEN failed; retrying");
-            continue;
-        }
         delay = Duration::from_millis(200);
         // Anything sent while we were not listening is unknown: look for work now.
         shared.wake.notify_one();

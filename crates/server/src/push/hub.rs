@@ -1,0 +1,463 @@
+//! The replica's view of the tasks its clients are waiting on.
+//!
+//! One hub per replica. Streams (and synchronous waits) subscribe to tasks; the hub
+//! registers them in `task_watches`, so changes to them NOTIFY `mcp_tasks_changed`
+//! (`<id> <version>`), which the hub hears on its own LISTEN connection. It then reads
+//! each changed task once, however many local streams wait on it, and publishes the
+//! snapshot on a `watch` channel: a slow stream only ever sees the latest snapshot, so
+//! nothing queues up behind it.
+//!
+//! Notifications are hints. The hub also re-reads versions every few seconds, re-reads
+//! everything after its LISTEN connection is replaced, and probes that connection by
+//! notifying itself, so a lost notification or a silently dead connection costs latency,
+//! never a missed final state.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use mcp_tasks_store::{Owner, Store, StoreError, TaskId, TaskRecord, notify};
+use serde_json::{Map, Value};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Timings of the hub's loops.
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// How long a registration in `task_watches` lives without a refresh.
+    pub watch_ttl: Duration,
+    /// How often registrations are refreshed.
+    pub refresh_every: Duration,
+    /// How often versions are re-read as a backstop for lost notifications.
+    pub backstop_every: Duration,
+    /// How often the LISTEN connection is probed, and how long a probe may take.
+    pub probe_every: Duration,
+    pub probe_timeout: Duration,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        Self {
+            watch_ttl: Duration::from_secs(60),
+            refresh_every: Duration::from_secs(20),
+            backstop_every: Duration::from_secs(5),
+            probe_every: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a subscriber sees of a task.
+#[derive(Debug, Clone)]
+pub(crate) enum Snapshot {
+    /// Not read yet.
+    Loading,
+    Task(Arc<TaskSnapshot>),
+    /// Deleted (or never visible to this owner).
+    Gone,
+}
+
+#[derive(Debug)]
+pub(crate) struct TaskSnapshot {
+    pub(crate) record: TaskRecord,
+    /// The `DetailedTask` as `tasks/get` shows it, without `resultType`.
+    pub(crate) detailed: Map<String, Value>,
+}
+
+impl TaskSnapshot {
+    fn new(record: TaskRecord) -> Self {
+        let detailed = record.view().detailed();
+        Self { record, detailed }
+    }
+
+    pub(crate) fn version(&self) -> i64 {
+        self.record.version
+    }
+}
+
+struct Entry {
+    owner: Owner,
+    tx: watch::Sender<Snapshot>,
+    version: i64,
+    refs: usize,
+}
+
+struct Inner {
+    store: Store,
+    replica: String,
+    config: HubConfig,
+    entries: Mutex<HashMap<TaskId, Entry>>,
+    dirty: Mutex<HashSet<TaskId>>,
+    dirty_ready: Notify,
+    unwatched: Mutex<Vec<(Owner, TaskId)>>,
+}
+
+impl Inner {
+    fn entries(&self) -> MutexGuard<'_, HashMap<TaskId, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mark_dirty(&self, ids: impl IntoIterator<Item = TaskId>) {
+        let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
+        let before = dirty.len();
+        dirty.extend(ids);
+        if dirty.len() > before {
+            self.dirty_ready.notify_one();
+        }
+    }
+
+    fn keys(&self) -> Vec<(Owner, TaskId)> {
+        self.entries()
+            .iter()
+            .map(|(id, e)| (e.owner.clone(), *id))
+            .collect()
+    }
+
+    /// Publishes what was read. Versions only move forward, so a late read never
+    /// replaces a newer snapshot.
+    fn publish(&self, keys: &[(Owner, TaskId)], records: Vec<TaskRecord>) {
+        let mut found: HashMap<TaskId, TaskRecord> =
+            records.into_iter().map(|r| (r.id, r)).collect();
+        let mut entries = self.entries();
+        for (_, id) in keys {
+            let Some(entry) = entries.get_mut(id) else {
+                continue;
+            };
+            match found.remove(id) {
+                Some(record) if record.version > entry.version => {
+                    entry.version = record.version;
+                    entry
+                        .tx
+                        .send_replace(Snapshot::Task(Arc::new(TaskSnapshot::new(record))));
+                }
+                Some(_) => {}
+                None => {
+                    if !matches!(*entry.tx.borrow(), Snapshot::Gone) {
+                        entry.tx.send_replace(Snapshot::Gone);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Cheap to clone; all clones share one hub.
+#[derive(Clone)]
+pub(crate) struct Hub {
+    inner: Arc<Inner>,
+}
+
+/// A subscription to one task. Dropping it releases the hub's interest.
+pub(crate) struct Watcher {
+    pub(crate) id: TaskId,
+    pub(crate) rx: watch::Receiver<Snapshot>,
+    _guard: WatchGuard,
+}
+
+struct WatchGuard {
+    hub: Arc<Inner>,
+    id: TaskId,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let mut entries = self.hub.entries();
+        if let Some(entry) = entries.get_mut(&self.id) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                let owner = entry.owner.clone();
+                entries.remove(&self.id);
+                drop(entries);
+                self.hub
+                    .unwatched
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((owner, self.id));
+            }
+        }
+    }
+}
+
+impl Hub {
+    /// Starts the hub's loops; they stop with `shutdown`.
+    pub(crate) fn start(store: Store, config: HubConfig, shutdown: CancellationToken) -> Self {
+        let replica = format!("replica-{}", uuid::Uuid::new_v4().simple());
+        let inner = Arc::new(Inner {
+            store,
+            replica,
+            config,
+            entries: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashSet::new()),
+            dirty_ready: Notify::new(),
+            unwatched: Mutex::new(Vec::new()),
+        });
+        tokio::spawn(listen_loop(inner.clone(), shutdown.clone()));
+        tokio::spawn(fetch_loop(inner.clone(), shutdown.clone()));
+        tokio::spawn(upkeep_loop(inner.clone(), shutdown));
+        Self { inner }
+    }
+
+    /// Subscribes to tasks of `owner`. Ids that are not this owner's tasks are left out
+    /// of the result, indistinguishably from ids that do not exist.
+    pub(crate) async fn subscribe(
+        &self,
+        owner: &Owner,
+        ids: &[TaskId],
+    ) -> Result<Vec<Watcher>, StoreError> {
+        let inner = &self.inner;
+        let mut watchers = Vec::with_capacity(ids.len());
+        let mut new = Vec::new();
+        {
+            let mut entries = inner.entries();
+            for &id in ids {
+                match entries.get_mut(&id) {
+                    Some(entry) if &entry.owner == owner => {
+                        entry.refs += 1;
+                        watchers.push(Watcher {
+                            id,
+                            rx: entry.tx.subscribe(),
+                            _guard: WatchGuard {
+                                hub: inner.clone(),
+                                id,
+                            },
+                        });
+                    }
+                    // Someone else's task: never attach to it.
+                    Some(_) => {}
+                    None => {
+                        let (tx, rx) = watch::channel(Snapshot::Loading);
+                        entries.insert(
+                            id,
+                            Entry {
+                                owner: owner.clone(),
+                                tx,
+                                version: 0,
+                                refs: 1,
+                            },
+                        );
+                        new.push((owner.clone(), id));
+                        watchers.push(Watcher {
+                            id,
+                            rx,
+                            _guard: WatchGuard {
+                                hub: inner.clone(),
+                                id,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        if !new.is_empty() {
+            // Register first, read second: a change committed after the read notifies.
+            let ttl = i64::try_from(inner.config.watch_ttl.as_millis()).unwrap_or(i64::MAX);
+            let read = async {
+                inner.store.watch(&inner.replica, &new, ttl).await?;
+                inner.store.get_tasks(&new).await
+            };
+            match read.await {
+                Ok(records) => inner.publish(&new, records),
+                Err(e) => {
+                    // Others may have attached to these entries meanwhile: let the fetch
+                    // loop keep trying for them.
+                    inner.mark_dirty(new.iter().map(|(_, id)| *id));
+                    return Err(e);
+                }
+            }
+        }
+        // Wait out any read another subscriber started, then keep only real tasks.
+        let mut live = Vec::with_capacity(watchers.len());
+        for mut w in watchers {
+            let ready =
+                w.rx.wait_for(|s| !matches!(s, Snapshot::Loading))
+                    .await
+                    .map(|s| matches!(*s, Snapshot::Task(_)))
+                    .unwrap_or(false);
+            if ready {
+                live.push(w);
+            }
+        }
+        Ok(live)
+    }
+}
+
+async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let probe_channel = format!("mcp_tasks_probe_{}", inner.replica.replace('-', "_"));
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let channels = [notify::CHANGED, probe_channel.as_str()];
+        let connected = tokio::select! {
+            l = inner.store.listener(&channels) => l,
+            () = shutdown.cancelled() => return,
+        };
+        let mut listener = match connected {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "push: LISTEN connection failed");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        // Whatever happened while we were not listening: read everything again.
+        let watched: Vec<TaskId> = inner.entries().keys().copied().collect();
+        tracing::info!(
+            watched = watched.len(),
+            "push: listening; re-reading watched tasks"
+        );
+        inner.mark_dirty(watched);
+
+        let mut probe: Option<(u64, Instant)> = None;
+        let mut next_probe = Instant::now() + inner.config.probe_every;
+        let mut nonce: u64 = 0;
+        loop {
+            let deadline = match probe {
+                Some((_, sent)) => sent + inner.config.probe_timeout,
+                None => next_probe,
+            };
+            tokio::select! {
+                received = listener.try_recv() => match received {
+                    Ok(Some(n)) if n.channel() == notify::CHANGED => {
+                        if let Some(id) = changed_task(&inner, n.payload()) {
+                            inner.mark_dirty([id]);
+                        }
+                    }
+                    Ok(Some(n)) => {
+                        if probe.is_some_and(|(sent, _)| n.payload() == sent.to_string()) {
+                            probe = None;
+                            next_probe = Instant::now() + inner.config.probe_every;
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::warn!("push: LISTEN connection lost; reconnecting");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "push: LISTEN connection failed; reconnecting");
+                        break;
+                    }
+                },
+                () = tokio::time::sleep_until(deadline) => {
+                    if probe.is_some() {
+                        tracing::warn!("push: LISTEN connection did not hear its own probe; replacing it");
+                        break;
+                    }
+                    nonce += 1;
+                    probe = Some((nonce, Instant::now()));
+                    if let Err(e) = inner.store.notify(&probe_channel, &nonce.to_string()).await {
+                        tracing::debug!(error = %e, "push: could not send a probe");
+                    }
+                }
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// The task of a `<id> <version>` payload, if this replica watches it and has an older
+/// version.
+fn changed_task(inner: &Inner, payload: &str) -> Option<TaskId> {
+    let (id, version) = payload.split_once(' ')?;
+    let id = TaskId(uuid::Uuid::try_parse(id).ok()?);
+    let version: i64 = version.parse().ok()?;
+    let entries = inner.entries();
+    let entry = entries.get(&id)?;
+    (version > entry.version).then_some(id)
+}
+
+/// Reads dirty tasks in batches: one query however many notifications arrived.
+async fn fetch_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        tokio::select! {
+            () = inner.dirty_ready.notified() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let ids: Vec<TaskId> =
+            std::mem::take(&mut *inner.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .collect();
+        let keys: Vec<(Owner, TaskId)> = {
+            let entries = inner.entries();
+            ids.iter()
+                .filter_map(|id| entries.get(id).map(|e| (e.owner.clone(), *id)))
+                .collect()
+        };
+        if keys.is_empty() {
+            continue;
+        }
+        match inner.store.get_tasks(&keys).await {
+            Ok(records) => {
+                backoff = Duration::from_millis(50);
+                inner.publish(&keys, records);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, tasks = keys.len(), "push: could not read changed tasks; retrying");
+                inner.mark_dirty(keys.into_iter().map(|(_, id)| id));
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Refreshes registrations, withdraws released ones, and re-reads versions as a backstop.
+async fn upkeep_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let mut backstop = tokio::time::interval(inner.config.backstop_every);
+    let mut refresh = tokio::time::interval(inner.config.refresh_every);
+    backstop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ttl = i64::try_from(inner.config.watch_ttl.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            _ = backstop.tick() => {
+                let gone = std::mem::take(&mut *inner.unwatched.lock().unwrap_or_else(|e| e.into_inner()));
+                // Withdraw only what nobody re-subscribed to meanwhile.
+                let gone: Vec<_> = {
+                    let entries = inner.entries();
+                    gone.into_iter().filter(|(_, id)| !entries.contains_key(id)).collect()
+                };
+                if let Err(e) = inner.store.unwatch(&inner.replica, &gone).await {
+                    tracing::debug!(error = %e, "push: could not withdraw registrations; they will expire");
+                }
+                let keys = inner.keys();
+                match inner.store.versions(&keys).await {
+                    Ok(versions) => {
+                        let current: HashMap<TaskId, i64> = versions.into_iter().collect();
+                        let stale: Vec<TaskId> = {
+                            let entries = inner.entries();
+                            keys.iter()
+                                .filter(|(_, id)| match (entries.get(id), current.get(id)) {
+                                    (Some(e), Some(v)) => *v > e.version,
+                                    (Some(e), None) => !matches!(*e.tx.borrow(), Snapshot::Gone),
+                                    (None, _) => false,
+                                })
+                                .map(|(_, id)| *id)
+                                .collect()
+                        };
+                        if !stale.is_empty() {
+                            tracing::debug!(stale = stale.len(), "push: backstop found changes no notification announced");
+                            inner.mark_dirty(stale);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "push: backstop read failed"),
+                }
+            }
+            _ = refresh.tick() => {
+                let keys = inner.keys();
+                if let Err(e) = inner.store.watch(&inner.replica, &keys, ttl).await {
+                    tracing::warn!(error = %e, "push: could not refresh registrations");
+                }
+            }
+            () = shutdown.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! `subscriptions/listen`: a POST whose response is an SSE stream scoped to that request.
+//!
+//! The stream sends the acknowledgement first (what the server agreed to: the caller's own
+//! task ids, nothing else), then the current snapshot of each task, then one
+//! `notifications/tasks` per change, each equal to what `tasks/get` shows at that moment.
+//! It ends with the listen result when every task is terminal or the replica shuts down.
+//! A client that cannot keep up sees only the latest snapshot of each task.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, BoxStream, SelectAll, StreamExt};
+use mcp_tasks_store::{Owner, TaskId};
+use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta, codes, meta_keys};
+use serde_json::{Map, Value, json};
+use tokio_stream::wrappers::WatchStream;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::AppState;
+use crate::error::RpcError;
+use crate::push::hub::{Snapshot, Watcher};
+
+/// Open streams per owner on this replica.
+#[derive(Default)]
+pub(crate) struct StreamCounts {
+    counts: Mutex<HashMap<Owner, usize>>,
+}
+
+/// One open stream; released when the stream ends.
+pub(crate) struct StreamPermit {
+    counts: Arc<StreamCounts>,
+    owner: Owner,
+}
+
+impl StreamCounts {
+    fn try_open(self: &Arc<Self>, owner: &Owner, limit: usize) -> Option<StreamPermit> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let open = counts.entry(owner.clone()).or_insert(0);
+        if *open >= limit {
+            return None;
+        }
+        *open += 1;
+        Some(StreamPermit {
+            counts: self.clone(),
+            owner: owner.clone(),
+        })
+    }
+
+    /// Streams open on this replica.
+    pub(crate) fn total(&self) -> usize {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
+    }
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut counts = self.counts.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(open) = counts.get_mut(&self.owner) {
+            *open -= 1;
+            if *open == 0 {
+                counts.remove(&self.owner);
+            }
+        }
+    }
+}
+
+pub(crate) async fn listen(
+    state: &AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    id: &RequestId,
+    params: &Map<String, Value>,
+) -> Result<Response, RpcError> {
+    let filter = match params.get("notifications") {
+        Some(Value::Object(filter)) => filter,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "params.notifications must be an object",
+            ));
+        }
+        None => return Err(RpcError::invalid_params("params.notifications is required")),
+    };
+    let requested: Option<&Vec<Value>> = match filter.get("taskIds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(ids)) => Some(ids),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "params.notifications.taskIds must be an array of strings",
+            ));
+        }
+    };
+    if requested.is_some() && !meta.client_capabilities.declares_tasks() {
+        return Err(RpcError::method(ErrorObject::tasks_extension_required()));
+    }
+    let limit = state.config().max_listen_tasks;
+    if requested.is_some_and(|ids| ids.len() > limit) {
+        return Err(RpcError::invalid_params(format!(
+            "params.notifications.taskIds lists more than {limit} tasks; open several streams or list fewer"
+        )));
+    }
+    let Some(permit) = state
+        .streams()
+        .try_open(owner, state.config().max_streams_per_principal)
+    else {
+        return Err(RpcError {
+            error: ErrorObject::new(
+                codes::INVALID_REQUEST,
+                format!(
+                    "Too many open subscription streams for this principal (limit {}); close one first",
+                    state.config().max_streams_per_principal
+                ),
+            ),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after: Some(1),
+        });
+    };
+
+    // Malformed ids are dropped like unknown ones: the ack lists what was accepted.
+    let mut seen = HashSet::new();
+    let ids: Vec<TaskId> = requested
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(TaskId::parse)
+        .filter(|id| seen.insert(*id))
+        .collect();
+    let watchers = state.hub().subscribe(owner, &ids).await?;
+    tracing::info!(
+        requested = ids.len(),
+        accepted = watchers.len(),
+        "listen stream opened"
+    );
+
+    let sub_id = id.to_value();
+    let mut notifications = Map::new();
+    if requested.is_some() {
+        notifications.insert(
+            "taskIds".into(),
+            json!(
+                watchers
+                    .iter()
+                    .map(|w| w.id.to_string())
+                    .collect::<Vec<_>>()
+            ),
+        );
+    }
+    let ack = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {
+            "_meta": { meta_keys::SUBSCRIPTION_ID: sub_id },
+            "notifications": notifications,
+        }
+    });
+    let mut result = Map::new();
+    result.insert("resultType".into(), json!("complete"));
+    result.insert(
+        "_meta".into(),
+        json!({ meta_keys::SUBSCRIPTION_ID: sub_id }),
+    );
+    state.config().server_info.stamp(&mut result, "complete");
+    let end = json!({ "jsonrpc": "2.0", "id": sub_id, "result": result });
+
+    let body = ListenStream::new(watchers, sub_id, ack, end, state.shutdown().clone(), permit);
+    let sse = Sse::new(body.into_stream())
+        .keep_alive(KeepAlive::new().interval(state.config().keep_alive));
+    let mut response = sse.into_response();
+    let headers = response.headers_mut();
+    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+struct ListenStream {
+    sub_id: Value,
+    pending: VecDeque<Event>,
+    updates: SelectAll<BoxStream<'static, (TaskId, Snapshot)>>,
+    last_sent: HashMap<TaskId, i64>,
+    finished_tasks: HashSet<TaskId>,
+    total: usize,
+    end: Option<Value>,
+    shutdown: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+    _guards: Vec<Watcher>,
+    _permit: StreamPermit,
+}
+
+impl ListenStream {
+    fn new(
+        watchers: Vec<Watcher>,
+        sub_id: Value,
+        ack: Value,
+        end: Value,
+        shutdown: CancellationToken,
+        permit: StreamPermit,
+    ) -> Self {
+        let mut updates = SelectAll::new();
+        let mut guards = Vec::with_capacity(watchers.len());
+        for w in watchers {
+            let id = w.id;
+            updates.push(WatchStream::new(w.rx.clone()).map(move |s| (id, s)).boxed());
+            guards.push(w);
+        }
+        Self {
+            sub_id,
+            pending: VecDeque::from([frame(&ack)]),
+            total: guards.len(),
+            updates,
+            last_sent: HashMap::new(),
+            finished_tasks: HashSet::new(),
+            end: Some(end),
+            shutdown: Box::pin(shutdown.cancelled_owned()),
+            _guards: guards,
+            _permit: permit,
+        }
+    }
+
+    fn into_stream(
+        self,
+    ) -> impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static {
+        stream::unfold(self, |mut s| async move {
+            let event = s.next_event().await?;
+            Some((Ok(event), s))
+        })
+    }
+
+    async fn next_event(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            let end = self.end.take()?;
+            if self.finished_tasks.len() >= self.total {
+                return Some(frame(&end));
+            }
+            self.end = Some(end);
+            tokio::select! {
+                update = self.updates.next() => match update {
+                    Some((id, snapshot)) => self.on_update(id, snapshot),
+                    // Every channel closed: nothing more can come.
+                    None => self.total = self.finished_tasks.len(),
+                },
+                () = self.shutdown.as_mut() => {
+                    self.total = self.finished_tasks.len();
+                }
+            }
+        }
+    }
+
+    fn on_update(&mut self, id: TaskId, snapshot: Snapshot) {
+        match snapshot {
+            Snapshot::Loading => {}
+            Snapshot::Gone => {
+                self.finished_tasks.insert(id);
+            }
+            Snapshot::Task(task) => {
+                let last = self.last_sent.get(&id).copied().unwrap_or(0);
+                if task.version() <= last {
+                    return;
+                }
+                self.last_sent.insert(id, task.version());
+                let mut params = task.detailed.clone();
+                params.insert(
+                    "_meta".into(),
+                    json!({ meta_keys::SUBSCRIPTION_ID: self.sub_id }),
+                );
+                self.pending.push_back(frame(&json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/tasks",
+                    "params": params,
+                })));
+                if task.record.status.is_terminal() {
+                    self.finished_tasks.insert(id);
+                }
+            }
+        }
+    }
+}
+
+/// One SSE event carrying one JSON-RPC message on a single `data:` line.
+fn frame(message: &Value) -> Event {
+    Event::default().data(message.to_string())
+}

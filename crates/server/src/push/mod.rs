@@ -1,0 +1,6 @@
+//! Push: `subscriptions/listen` streams fed by LISTEN/NOTIFY across replicas.
+
+pub(crate) mod hub;
+pub(crate) mod listen;
+
+pub use hub::HubConfig;
