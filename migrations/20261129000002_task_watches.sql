@@ -1,42 +1,28 @@
--- Push: replicas register the tasks their subscribers listen to, and a change to a
--- registered task NOTIFYs `mcp_tasks_changed` with '<id> <version>'.
+-- Push: replicas mark the tasks their subscribers listen to, and a change to a marked task
+-- NOTIFYs `mcp_tasks_changed` with '<id> <version>'.
 --
 -- NOTIFY takes a cluster-wide lock when its transaction commits, which caps notifying
--- commits at a few thousand per second. Only transitions of watched tasks notify, so
--- transitions nobody listens to never pay for it.
+-- commits at a few thousand per second. Only transitions of watched tasks notify. The
+-- mark is a column so that the trigger's WHEN clause decides without calling any
+-- function: a transition nobody watches pays nothing (see `mcp-tasks bench notify-cost`).
 
--- Unlogged: registrations are refreshed every few seconds by the replicas that hold them,
--- so there is nothing to keep across a crash (the table comes back empty and is refilled).
-CREATE UNLOGGED TABLE task_watches (
-    tenant     text        NOT NULL,
-    principal  text        NOT NULL,
-    id         uuid        NOT NULL,
-    replica    text        NOT NULL,
-    expires_at timestamptz NOT NULL,
-    PRIMARY KEY (tenant, principal, id, replica)
-);
-
-CREATE INDEX task_watches_expires_at ON task_watches (expires_at);
+-- Until when some replica watches this task. Replicas refresh it while they do; a replica
+-- that goes away simply lets it lapse. Not indexed, so refreshing it is a HOT update.
+ALTER TABLE tasks ADD COLUMN watched_until timestamptz;
 
 CREATE FUNCTION mcp_tasks_notify_watchers() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF EXISTS (
-        SELECT 1 FROM task_watches w
-        WHERE w.tenant = NEW.tenant AND w.principal = NEW.principal AND w.id = NEW.id
-          AND w.expires_at > now()
-    ) THEN
-        PERFORM pg_notify('mcp_tasks_changed', NEW.id::text || ' ' || NEW.version::text);
-    END IF;
+    PERFORM pg_notify('mcp_tasks_changed', NEW.id::text || ' ' || NEW.version::text);
     RETURN NULL;
 END
 $$;
 
--- Every change a client can see bumps `version`; heartbeats and lease bookkeeping do not,
--- so they never fire this.
+-- Every change a client can see bumps `version`; heartbeats, lease bookkeeping and watch
+-- refreshes do not, so they never notify.
 CREATE TRIGGER tasks_notify_watchers
     AFTER UPDATE ON tasks
     FOR EACH ROW
-    WHEN (OLD.version IS DISTINCT FROM NEW.version)
+    WHEN (NEW.version <> OLD.version AND NEW.watched_until > now())
     EXECUTE FUNCTION mcp_tasks_notify_watchers();

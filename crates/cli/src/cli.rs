@@ -82,6 +82,9 @@ enum Command {
         #[command(flatten)]
         worker: WorkerArgs,
     },
+    /// Benchmarks; each prints its figures next to a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(Bench),
     /// Run the lessons' demo sequence against a server with the `demo` tool pack.
     Demo {
         /// The server's MCP endpoint.
@@ -91,6 +94,45 @@ enum Command {
             default_value = "http://127.0.0.1:8080/mcp"
         )]
         url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Push latency (commit to frame at the client) with many concurrent listen streams,
+    /// and the memory of idle streams. Creates and drops a scratch database.
+    Push {
+        /// PostgreSQL server URL (a scratch database is created on it).
+        #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        /// Concurrent listen streams during the latency run.
+        #[arg(long, default_value_t = 1000)]
+        streams: usize,
+        /// Task changes made during the latency run.
+        #[arg(long, default_value_t = 5000)]
+        changes: usize,
+        /// Changes per second.
+        #[arg(long, default_value_t = 500)]
+        rate: u32,
+        /// Idle streams opened for the memory measurement.
+        #[arg(long, default_value_t = 10_000)]
+        idle_streams: usize,
+    },
+    /// Task transitions per second with and without NOTIFY. Creates and drops a scratch
+    /// database.
+    NotifyCost {
+        /// PostgreSQL server URL (a scratch database is created on it).
+        #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 1000)]
+        tasks: usize,
+        /// Seconds per design per round.
+        #[arg(long, default_value_t = 4.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
 }
 
@@ -172,6 +214,16 @@ struct ServerArgs {
     /// Name reported as serverInfo.
     #[arg(long, env = "MCP_TASKS_SERVER_NAME", default_value = "mcp-tasks")]
     server_name: String,
+    /// Most task ids one subscriptions/listen may name.
+    #[arg(long, env = "MCP_TASKS_MAX_LISTEN_TASKS", default_value_t = 100)]
+    max_listen_tasks: usize,
+    /// Most listen streams one principal may hold open on one replica.
+    #[arg(
+        long,
+        env = "MCP_TASKS_MAX_STREAMS_PER_PRINCIPAL",
+        default_value_t = 64
+    )]
+    max_streams_per_principal: usize,
 }
 
 #[derive(Debug, Args)]
@@ -226,6 +278,8 @@ impl ServerArgs {
         c.max_body_bytes = self.max_body_bytes;
         c.sync_wait = Duration::from_millis(self.sync_wait_ms);
         c.retention = Duration::from_millis(self.retention_ms);
+        c.max_listen_tasks = self.max_listen_tasks;
+        c.max_streams_per_principal = self.max_streams_per_principal;
         c
     }
 
@@ -357,6 +411,39 @@ async fn run(command: Command) -> anyhow::Result<()> {
             shutdown.cancel();
             worker_task.await??;
             served
+        }
+        Command::Bench(Bench::Push {
+            database_url,
+            streams,
+            changes,
+            rate,
+            idle_streams,
+        }) => {
+            let config = mcp_tasks_bench::push::Config {
+                database_url,
+                binary: std::env::current_exe().context("locating this executable")?,
+                streams,
+                changes,
+                rate,
+                idle_streams,
+            };
+            mcp_tasks_bench::push::run(&config, &mut std::io::stdout()).await
+        }
+        Command::Bench(Bench::NotifyCost {
+            database_url,
+            clients,
+            tasks,
+            seconds,
+            rounds,
+        }) => {
+            let config = mcp_tasks_bench::notify_cost::Config {
+                database_url,
+                clients,
+                tasks,
+                seconds,
+                rounds,
+            };
+            mcp_tasks_bench::notify_cost::run(&config, &mut std::io::stdout()).await
         }
         Command::Demo { url } => {
             let mut out = std::io::stdout();

@@ -429,21 +429,23 @@ async fn wait_for_result(
     loop {
         let snapshot = watcher.rx.borrow_and_update().clone();
         if let Snapshot::Task(current) = &snapshot {
-            let task = &current.record;
-            match task.status {
+            let detailed = &current.detailed;
+            match current.status {
                 TaskStatus::Completed => {
                     guard.disarm();
-                    let result = task
-                        .result
-                        .clone()
+                    let result = detailed
+                        .get("result")
+                        .cloned()
                         .unwrap_or_else(|| json!({ "content": [] }));
                     return Ok(as_map(result));
                 }
                 TaskStatus::Failed => {
                     guard.disarm();
-                    return Err(RpcError::method(
-                        task.error.clone().unwrap_or_else(ErrorObject::internal),
-                    ));
+                    let error = detailed
+                        .get("error")
+                        .and_then(|e| serde_json::from_value(e.clone()).ok())
+                        .unwrap_or_else(ErrorObject::internal);
+                    return Err(RpcError::method(error));
                 }
                 TaskStatus::Cancelled => {
                     guard.disarm();
@@ -453,7 +455,10 @@ async fn wait_for_result(
                     )));
                 }
                 TaskStatus::InputRequired => {
-                    let requests = task.input_requests.clone().unwrap_or_default();
+                    let requests = match detailed.get("inputRequests") {
+                        Some(Value::Object(r)) => r.clone(),
+                        _ => Map::new(),
+                    };
                     // Refused (guard still armed): the task is cancelled, as nobody can answer.
                     ensure_client_can_answer(meta, &requests)?;
                     guard.disarm();

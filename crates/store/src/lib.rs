@@ -7,6 +7,7 @@
 //!   zero rows affected means the worker has lost the task and must drop its work.
 //! - Not found is a value ([`Lookup`]), not an error; errors are database failures.
 
+pub mod bench;
 mod client_ops;
 mod lease;
 mod maintenance;

@@ -12,8 +12,6 @@ pub struct MaintenanceReport {
     pub deleted: u64,
     /// Tombstones older than their retention, now deleted.
     pub tombstones_deleted: u64,
-    /// Watch registrations of replicas that went away.
-    pub watches_expired: u64,
 }
 
 impl Store {
@@ -103,7 +101,6 @@ impl Store {
             expired: self.expire_overdue(batch).await?,
             deleted: self.purge_expired(batch).await?,
             tombstones_deleted: self.purge_tombstones(tombstone_keep_ms, batch).await?,
-            watches_expired: self.purge_watches(batch).await?,
         })
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! NOTIFY is not free: PostgreSQL serialises the commits of notifying transactions on a
 //! cluster-wide lock (measured here: about 3.5k such commits per second). So:
-//! - task changes notify only when some replica watches the task (a trigger checks
-//!   `task_watches`; see the migration), with the payload `<id> <version>`;
+//! - task changes notify only when some replica watches the task (a trigger whose WHEN
+//!   clause checks `tasks.watched_until`; see the migration), with the payload
+//!   `<id> <version>`;
 //! - "there is work" wake-ups are coalesced by a [`Waker`]: however many tasks a replica
 //!   creates, it sends at most one NOTIFY per interval;
 //! - cancellation of a running task notifies directly; it is rare.

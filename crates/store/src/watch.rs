@@ -15,68 +15,39 @@ fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
 }
 
 impl Store {
-    /// Registers (or refreshes) `replica`'s interest in these tasks for `ttl_ms`. Changes
-    /// to them NOTIFY `mcp_tasks_changed` until the registration expires.
-    #[tracing::instrument(name = "db.watch.register", skip_all, fields(tasks = tasks.len()), err)]
-    pub async fn watch(&self, replica: &str, tasks: &[(Owner, TaskId)], ttl_ms: i64) -> Result<()> {
+    /// Marks these tasks watched for `ttl_ms`: changes to them NOTIFY `mcp_tasks_changed`
+    /// until the mark lapses. Marks with more than half their time left are not rewritten,
+    /// so frequent refreshes cost few writes.
+    #[tracing::instrument(name = "db.watch.mark", skip_all, fields(tasks = tasks.len()), err)]
+    pub async fn watch(&self, tasks: &[(Owner, TaskId)], ttl_ms: i64) -> Result<()> {
         if tasks.is_empty() {
             return Ok(());
         }
         let (tenants, principals, ids) = columns(tasks);
         sqlx::query(
             r"
-            INSERT INTO task_watches (tenant, principal, id, replica, expires_at)
-            SELECT t, p, i, $4, now() + $5 * interval '1 millisecond'
-            FROM unnest($1::text[], $2::text[], $3::uuid[]) AS w(t, p, i)
-            ON CONFLICT (tenant, principal, id, replica)
-            DO UPDATE SET expires_at = EXCLUDED.expires_at
+            UPDATE tasks t SET watched_until = now() + $4 * interval '1 millisecond'
+            FROM unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
+            WHERE t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
+              AND (t.watched_until IS NULL OR t.watched_until < now() + $4 * interval '0.5 millisecond')
             ",
         )
         .bind(&tenants)
         .bind(&principals)
         .bind(&ids)
-        .bind(replica)
         .bind(ttl_ms)
         .execute(self.pool())
         .await?;
         Ok(())
     }
 
-    /// Withdraws `replica`'s interest in these tasks.
-    #[tracing::instrument(name = "db.watch.unregister", skip_all, fields(tasks = tasks.len()), err)]
-    pub async fn unwatch(&self, replica: &str, tasks: &[(Owner, TaskId)]) -> Result<()> {
-        if tasks.is_empty() {
-            return Ok(());
-        }
-        let (tenants, principals, ids) = columns(tasks);
-        sqlx::query(
-            r"
-            DELETE FROM task_watches w
-            USING unnest($1::text[], $2::text[], $3::uuid[]) AS d(t, p, i)
-            WHERE w.tenant = d.t AND w.principal = d.p AND w.id = d.i AND w.replica = $4
-            ",
-        )
-        .bind(&tenants)
-        .bind(&principals)
-        .bind(&ids)
-        .bind(replica)
-        .execute(self.pool())
-        .await?;
+    /// Clears the marks (only for benchmarks: a replica never knows whether another one
+    /// still watches a task, so it lets its marks lapse instead).
+    pub async fn unwatch_all(&self) -> Result<()> {
+        sqlx::query("UPDATE tasks SET watched_until = NULL WHERE watched_until IS NOT NULL")
+            .execute(self.pool())
+            .await?;
         Ok(())
-    }
-
-    /// Deletes expired registrations (of replicas that went away).
-    pub async fn purge_watches(&self, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
-            r"
-            DELETE FROM task_watches
-            WHERE ctid IN (SELECT ctid FROM task_watches WHERE expires_at < now() LIMIT $1)
-            ",
-        )
-        .bind(limit)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected())
     }
 
     /// Reads many tasks in one statement, each only for its own owner. Missing ones are

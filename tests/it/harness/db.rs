@@ -23,7 +23,7 @@ pub(crate) struct TestDb {
 
 static SERVER: OnceLock<String> = OnceLock::new();
 
-fn server_url() -> String {
+pub(crate) fn server_url() -> String {
     SERVER
         .get_or_init(|| {
             if let Ok(url) = std::env::var("DATABASE_URL") {

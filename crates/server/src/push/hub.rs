@@ -1,7 +1,7 @@
 //! The replica's view of the tasks its clients are waiting on.
 //!
 //! One hub per replica. Streams (and synchronous waits) subscribe to tasks; the hub
-//! registers them in `task_watches`, so changes to them NOTIFY `mcp_tasks_changed`
+//! marks them watched (`tasks.watched_until`), so changes to them NOTIFY `mcp_tasks_changed`
 //! (`<id> <version>`), which the hub hears on its own LISTEN connection. It then reads
 //! each changed task once, however many local streams wait on it, and publishes the
 //! snapshot on a `watch` channel: a slow stream only ever sees the latest snapshot, so
@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mcp_tasks_store::{Owner, Store, StoreError, TaskId, TaskRecord, notify};
+use mcp_tasks_wire::TaskStatus;
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -25,9 +26,9 @@ use tokio_util::sync::CancellationToken;
 /// Timings of the hub's loops.
 #[derive(Debug, Clone)]
 pub struct HubConfig {
-    /// How long a registration in `task_watches` lives without a refresh.
+    /// How long a watch mark (`tasks.watched_until`) lives without a refresh.
     pub watch_ttl: Duration,
-    /// How often registrations are refreshed.
+    /// How often watch marks are refreshed (those with less than half their time left).
     pub refresh_every: Duration,
     /// How often versions are re-read as a backstop for lost notifications.
     pub backstop_every: Duration,
@@ -58,21 +59,23 @@ pub(crate) enum Snapshot {
     Gone,
 }
 
+/// One version of a task, as clients see it. Only the client-visible part is kept (not
+/// arguments, answers or lease bookkeeping): thousands of these live in a busy replica.
 #[derive(Debug)]
 pub(crate) struct TaskSnapshot {
-    pub(crate) record: TaskRecord,
+    pub(crate) version: i64,
+    pub(crate) status: TaskStatus,
     /// The `DetailedTask` as `tasks/get` shows it, without `resultType`.
     pub(crate) detailed: Map<String, Value>,
 }
 
 impl TaskSnapshot {
-    fn new(record: TaskRecord) -> Self {
-        let detailed = record.view().detailed();
-        Self { record, detailed }
-    }
-
-    pub(crate) fn version(&self) -> i64 {
-        self.record.version
+    fn new(record: &TaskRecord) -> Self {
+        Self {
+            version: record.version,
+            status: record.status,
+            detailed: record.view().detailed(),
+        }
     }
 }
 
@@ -90,7 +93,6 @@ struct Inner {
     entries: Mutex<HashMap<TaskId, Entry>>,
     dirty: Mutex<HashSet<TaskId>>,
     dirty_ready: Notify,
-    unwatched: Mutex<Vec<(Owner, TaskId)>>,
 }
 
 impl Inner {
@@ -129,7 +131,7 @@ impl Inner {
                     entry.version = record.version;
                     entry
                         .tx
-                        .send_replace(Snapshot::Task(Arc::new(TaskSnapshot::new(record))));
+                        .send_replace(Snapshot::Task(Arc::new(TaskSnapshot::new(&record))));
                 }
                 Some(_) => {}
                 None => {
@@ -165,15 +167,9 @@ impl Drop for WatchGuard {
         let mut entries = self.hub.entries();
         if let Some(entry) = entries.get_mut(&self.id) {
             entry.refs -= 1;
+            // The mark in the database simply lapses: another replica may still watch.
             if entry.refs == 0 {
-                let owner = entry.owner.clone();
                 entries.remove(&self.id);
-                drop(entries);
-                self.hub
-                    .unwatched
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((owner, self.id));
             }
         }
     }
@@ -190,7 +186,6 @@ impl Hub {
             entries: Mutex::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
             dirty_ready: Notify::new(),
-            unwatched: Mutex::new(Vec::new()),
         });
         tokio::spawn(listen_loop(inner.clone(), shutdown.clone()));
         tokio::spawn(fetch_loop(inner.clone(), shutdown.clone()));
@@ -250,10 +245,10 @@ impl Hub {
             }
         }
         if !new.is_empty() {
-            // Register first, read second: a change committed after the read notifies.
+            // Mark first, read second: a change committed after the read notifies.
             let ttl = i64::try_from(inner.config.watch_ttl.as_millis()).unwrap_or(i64::MAX);
             let read = async {
-                inner.store.watch(&inner.replica, &new, ttl).await?;
+                inner.store.watch(&new, ttl).await?;
                 inner.store.get_tasks(&new).await
             };
             match read.await {
@@ -409,7 +404,7 @@ async fn fetch_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
     }
 }
 
-/// Refreshes registrations, withdraws released ones, and re-reads versions as a backstop.
+/// Refreshes the watch marks and re-reads versions as a backstop.
 async fn upkeep_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
     let mut backstop = tokio::time::interval(inner.config.backstop_every);
     let mut refresh = tokio::time::interval(inner.config.refresh_every);
@@ -419,15 +414,6 @@ async fn upkeep_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = backstop.tick() => {
-                let gone = std::mem::take(&mut *inner.unwatched.lock().unwrap_or_else(|e| e.into_inner()));
-                // Withdraw only what nobody re-subscribed to meanwhile.
-                let gone: Vec<_> = {
-                    let entries = inner.entries();
-                    gone.into_iter().filter(|(_, id)| !entries.contains_key(id)).collect()
-                };
-                if let Err(e) = inner.store.unwatch(&inner.replica, &gone).await {
-                    tracing::debug!(error = %e, "push: could not withdraw registrations; they will expire");
-                }
                 let keys = inner.keys();
                 match inner.store.versions(&keys).await {
                     Ok(versions) => {
@@ -453,8 +439,8 @@ async fn upkeep_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
             }
             _ = refresh.tick() => {
                 let keys = inner.keys();
-                if let Err(e) = inner.store.watch(&inner.replica, &keys, ttl).await {
-                    tracing::warn!(error = %e, "push: could not refresh registrations");
+                if let Err(e) = inner.store.watch(&keys, ttl).await {
+                    tracing::warn!(error = %e, "push: could not refresh watch marks");
                 }
             }
             () = shutdown.cancelled() => return,

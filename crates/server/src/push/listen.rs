@@ -262,10 +262,10 @@ impl ListenStream {
             }
             Snapshot::Task(task) => {
                 let last = self.last_sent.get(&id).copied().unwrap_or(0);
-                if task.version() <= last {
+                if task.version <= last {
                     return;
                 }
-                self.last_sent.insert(id, task.version());
+                self.last_sent.insert(id, task.version);
                 let mut params = task.detailed.clone();
                 params.insert(
                     "_meta".into(),
@@ -276,7 +276,7 @@ impl ListenStream {
                     "method": "notifications/tasks",
                     "params": params,
                 })));
-                if task.record.status.is_terminal() {
+                if task.status.is_terminal() {
                     self.finished_tasks.insert(id);
                 }
             }

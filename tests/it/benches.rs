@@ -1,0 +1,75 @@
+//! The benchmarks stay runnable: tiny runs of each, checking they report every figure.
+
+use std::process::Command;
+
+use crate::harness::procs::BIN;
+
+fn database_url() -> String {
+    crate::harness::db::server_url()
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("DATABASE_URL", database_url())
+        .env("MCP_TASKS_LOG", "warn")
+        .output()
+        .expect("run the benchmark");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn notify_cost_reports_every_design_and_the_ratio() {
+    let out = run(&[
+        "bench",
+        "notify-cost",
+        "--clients",
+        "2",
+        "--tasks",
+        "20",
+        "--seconds",
+        "0.3",
+        "--rounds",
+        "1",
+    ]);
+    for line in [
+        "no trigger (baseline)",
+        "ours, unwatched",
+        "ours, all watched",
+        "NOTIFY always",
+        "ours (unwatched) vs NOTIFY always:",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn push_reports_latency_memory_and_ratios() {
+    let out = run(&[
+        "bench",
+        "push",
+        "--streams",
+        "10",
+        "--changes",
+        "60",
+        "--rate",
+        "200",
+        "--idle-streams",
+        "20",
+    ]);
+    for line in [
+        "from commit returned",
+        "of 60 changes",
+        "ratio to baseline (from statement sent)",
+        "idle listen stream:",
+        "the memory of an idle connection",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
