@@ -54,6 +54,8 @@ pub struct ServerConfig {
     pub allowed_hosts: AllowedHosts,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Deepest JSON nesting accepted in a body.
+    pub json_limits: mcp_tasks_wire::strict::JsonLimits,
     /// How long a replica waits for a worker on behalf of a client that did not declare
     /// the Tasks extension, before giving up on the call.
     pub sync_wait: Duration,
@@ -83,6 +85,7 @@ impl ServerConfig {
             server_info,
             allowed_hosts: AllowedHosts::loopback(),
             max_body_bytes: 1024 * 1024,
+            json_limits: mcp_tasks_wire::strict::JsonLimits::default(),
             sync_wait: Duration::from_secs(60),
             sync_tool_timeout: Duration::from_secs(30),
             retention: Duration::from_secs(3600),

@@ -117,7 +117,7 @@ async fn mcp(
         }
     };
 
-    let request = match parse_message(&bytes) {
+    let request = match parse_message(&bytes, state.config().json_limits) {
         Ok(Incoming::Request(request)) => request,
         // Nothing is ever sent back for a notification; this revision defines none from
         // client to server over HTTP, so any that arrive are accepted and dropped.

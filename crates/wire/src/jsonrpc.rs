@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::ErrorObject;
+use crate::strict::{self, JsonLimits};
 
 /// A request id. Numbers are kept as written so `7` comes back as `7`, not `7.0`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -89,12 +90,10 @@ impl EnvelopeError {
     }
 }
 
-/// Parses one HTTP body.
-///
-/// serde_json refuses nesting deeper than 128 levels, so a hostile body cannot exhaust
-/// the stack here.
-pub fn parse_message(body: &[u8]) -> Result<Incoming, EnvelopeError> {
-    let value: Value = serde_json::from_slice(body)
+/// Parses one HTTP body: strict JSON (bounded depth, no duplicate keys), then the
+/// envelope.
+pub fn parse_message(body: &[u8], limits: JsonLimits) -> Result<Incoming, EnvelopeError> {
+    let value = strict::parse(body, limits)
         .map_err(|e| EnvelopeError::new(None, ErrorObject::parse_error(e)))?;
     parse_value(value)
 }
@@ -223,7 +222,7 @@ mod tests {
     use serde_json::json;
 
     fn parse(body: &str) -> Result<Incoming, EnvelopeError> {
-        parse_message(body.as_bytes())
+        parse_message(body.as_bytes(), JsonLimits::default())
     }
 
     #[test]
@@ -274,6 +273,11 @@ mod tests {
                 true,
             ),
             (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, -32600, true),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#,
+                -32700,
+                false,
+            ),
         ] {
             let err = parse(body).unwrap_err();
             assert_eq!(err.error.code, code, "{body}");
