@@ -128,6 +128,7 @@ impl Replica {
             .env("MCP_TASKS_LOG_FORMAT", "text")
             .env("NO_COLOR", "1")
             .env("MCP_TASKS_MAX_STREAMS_PER_PRINCIPAL", "1000000")
+            .env("MCP_TASKS_RATE_LIMIT", "0")
             .env("MCP_TASKS_DB_MAX_CONNECTIONS", "16")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use mcp_tasks_server::{AllowedHosts, AppState, NoAuth, ServerConfig, StateKeys};
+use mcp_tasks_server::{
+    AllowedHosts, AppState, Authenticator, JwtAuth, JwtConfig, KeySource, NoAuth,
+    ProtectedResource, RateLimit, ServerConfig, StateKeys,
+};
 use mcp_tasks_store::{PoolConfig, Store};
 use mcp_tasks_tools::Registry;
 use mcp_tasks_wire::results::Implementation;
+use mcp_tasks_wire::secret::Secret;
 use mcp_tasks_worker::WorkerConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -104,7 +108,7 @@ enum Bench {
     Push {
         /// PostgreSQL server URL (a scratch database is created on it).
         #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
-        database_url: String,
+        database_url: Secret,
         /// Concurrent listen streams during the latency run.
         #[arg(long, default_value_t = 1000)]
         streams: usize,
@@ -123,7 +127,7 @@ enum Bench {
     NotifyCost {
         /// PostgreSQL server URL (a scratch database is created on it).
         #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
-        database_url: String,
+        database_url: Secret,
         #[arg(long, default_value_t = 16)]
         clients: usize,
         #[arg(long, default_value_t = 1000)]
@@ -140,7 +144,7 @@ enum Bench {
 struct Database {
     /// PostgreSQL connection URL.
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
-    url: String,
+    url: Secret,
     #[command(flatten)]
     pool: PoolArgs,
 }
@@ -149,7 +153,7 @@ struct Database {
 struct OptionalDatabase {
     /// PostgreSQL connection URL; when unset, a throwaway cluster is started.
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
-    url: Option<String>,
+    url: Option<Secret>,
     #[command(flatten)]
     pool: PoolArgs,
 }
@@ -224,6 +228,123 @@ struct ServerArgs {
         default_value_t = 64
     )]
     max_streams_per_principal: usize,
+    /// Deepest JSON nesting accepted in a request body.
+    #[arg(long, env = "MCP_TASKS_MAX_JSON_DEPTH", default_value_t = 64)]
+    max_json_depth: usize,
+    /// Largest tools/call arguments, serialized, in bytes.
+    #[arg(long, env = "MCP_TASKS_MAX_ARGUMENT_BYTES", default_value_t = 256 * 1024)]
+    max_argument_bytes: usize,
+    /// Largest inputResponses of one request, serialized, in bytes.
+    #[arg(long, env = "MCP_TASKS_MAX_INPUT_RESPONSE_BYTES", default_value_t = 256 * 1024)]
+    max_input_response_bytes: usize,
+    /// Most unfinished tasks one principal may have.
+    #[arg(long, env = "MCP_TASKS_MAX_TASKS_IN_FLIGHT", default_value_t = 1000)]
+    max_tasks_in_flight: i64,
+    /// Requests per second per principal per replica (0 turns the limit off).
+    #[arg(long, env = "MCP_TASKS_RATE_LIMIT", default_value_t = 100.0)]
+    rate_limit: f64,
+    /// Requests a principal may send at once before the rate applies.
+    #[arg(long, env = "MCP_TASKS_RATE_BURST", default_value_t = 300.0)]
+    rate_burst: f64,
+    #[command(flatten)]
+    auth: AuthArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AuthMode {
+    /// One tenant, one anonymous principal: local use only.
+    None,
+    /// Bearer JWTs (OAuth 2.1 resource server).
+    Jwt,
+}
+
+#[derive(Debug, Args)]
+struct AuthArgs {
+    /// How callers are authenticated.
+    #[arg(long, env = "MCP_TASKS_AUTH", value_enum, default_value_t = AuthMode::None)]
+    auth: AuthMode,
+    /// With --auth none, allow listening on a non-loopback address.
+    #[arg(long, env = "MCP_TASKS_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
+    /// JWK set with the RS256/ES256 verification keys: a file path or an http(s) URL.
+    #[arg(long, env = "MCP_TASKS_JWT_JWKS")]
+    jwt_jwks: Option<String>,
+    /// Shared HS256 secret (at least 32 bytes), instead of a JWK set.
+    #[arg(long, env = "MCP_TASKS_JWT_HS256_SECRET", hide_env_values = true)]
+    jwt_hs256_secret: Option<Secret>,
+    /// Required `iss` of tokens.
+    #[arg(long, env = "MCP_TASKS_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// Required `aud` of tokens (defaults to --resource).
+    #[arg(long, env = "MCP_TASKS_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// Claim that names the tenant.
+    #[arg(long, env = "MCP_TASKS_TENANT_CLAIM", default_value = "tenant")]
+    tenant_claim: String,
+    /// This server's resource identifier (its public MCP endpoint URL), published as
+    /// RFC 9728 metadata; required with --auth jwt.
+    #[arg(long, env = "MCP_TASKS_RESOURCE")]
+    resource: Option<String>,
+    /// Authorization servers that issue tokens for this resource, comma-separated.
+    #[arg(long, env = "MCP_TASKS_AUTHORIZATION_SERVERS", value_delimiter = ',')]
+    authorization_servers: Vec<String>,
+}
+
+impl AuthArgs {
+    /// The authenticator, or why the configuration cannot be served.
+    async fn authenticator(
+        &self,
+        listen: SocketAddr,
+    ) -> anyhow::Result<(Arc<dyn Authenticator>, Option<ProtectedResource>)> {
+        match self.auth {
+            AuthMode::None => {
+                if !listen.ip().is_loopback() && !self.allow_unauthenticated {
+                    bail!(
+                        "refusing to listen on {listen} without authentication: anyone who can reach it could read and cancel every task. Use --auth jwt, listen on a loopback address, or pass --allow-unauthenticated (MCP_TASKS_ALLOW_UNAUTHENTICATED=true) if something in front of this server authenticates callers"
+                    );
+                }
+                tracing::warn!(
+                    %listen,
+                    "authentication is off (--auth none): every caller is the same anonymous principal"
+                );
+                Ok((Arc::new(NoAuth::default()), None))
+            }
+            AuthMode::Jwt => {
+                let resource = self.resource.clone().context(
+                    "--auth jwt needs --resource (MCP_TASKS_RESOURCE): this server's public MCP endpoint URL",
+                )?;
+                let keys = match (&self.jwt_jwks, &self.jwt_hs256_secret) {
+                    (Some(jwks), None) => KeySource::jwks(jwks),
+                    (None, Some(secret)) => KeySource::Hs256(secret.clone()),
+                    (Some(_), Some(_)) => {
+                        bail!(
+                            "give either MCP_TASKS_JWT_JWKS or MCP_TASKS_JWT_HS256_SECRET, not both"
+                        )
+                    }
+                    (None, None) => {
+                        bail!("--auth jwt needs MCP_TASKS_JWT_JWKS or MCP_TASKS_JWT_HS256_SECRET")
+                    }
+                };
+                let mut config = JwtConfig::new(keys);
+                config.issuer.clone_from(&self.jwt_issuer);
+                config.audience = Some(
+                    self.jwt_audience
+                        .clone()
+                        .unwrap_or_else(|| resource.clone()),
+                );
+                config.tenant_claim.clone_from(&self.tenant_claim);
+                let auth = JwtAuth::new(config).await.map_err(anyhow::Error::msg)?;
+                tracing::info!(%resource, "authentication: bearer JWTs");
+                Ok((
+                    Arc::new(auth),
+                    Some(ProtectedResource {
+                        resource,
+                        authorization_servers: self.authorization_servers.clone(),
+                    }),
+                ))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -280,6 +401,14 @@ impl ServerArgs {
         c.retention = Duration::from_millis(self.retention_ms);
         c.max_listen_tasks = self.max_listen_tasks;
         c.max_streams_per_principal = self.max_streams_per_principal;
+        c.json_limits.max_depth = self.max_json_depth;
+        c.max_argument_bytes = self.max_argument_bytes;
+        c.max_input_response_bytes = self.max_input_response_bytes;
+        c.max_tasks_in_flight = self.max_tasks_in_flight;
+        c.rate_limit = (self.rate_limit > 0.0).then_some(RateLimit {
+            per_second: self.rate_limit,
+            burst: self.rate_burst.max(1.0),
+        });
         c
     }
 
@@ -346,7 +475,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
     let shutdown = shutdown_on_signal();
     match command {
         Command::Migrate(db) => {
-            let store = connect(&db.url, &db.pool).await?;
+            let store = connect(db.url.expose(), &db.pool).await?;
             store.migrate().await.context("migrating")?;
             tracing::info!("migrations applied");
             Ok(())
@@ -357,7 +486,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             server,
             migrate,
         } => {
-            let store = connect(&database.url, &database.pool).await?;
+            let store = connect(database.url.expose(), &database.pool).await?;
             if migrate {
                 store.migrate().await.context("migrating")?;
             }
@@ -368,7 +497,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             tools,
             worker,
         } => {
-            let store = connect(&database.url, &database.pool).await?;
+            let store = connect(database.url.expose(), &database.pool).await?;
             mcp_tasks_worker::run(
                 store,
                 tools.registry()?,
@@ -387,7 +516,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let registry = tools.registry()?;
             let throwaway;
             let url = match database.url {
-                Some(url) => url,
+                Some(url) => url.expose().to_owned(),
                 None => {
                     throwaway = tokio::task::spawn_blocking(DevDatabase::start).await??;
                     tracing::info!(
@@ -420,7 +549,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             idle_streams,
         }) => {
             let config = mcp_tasks_bench::push::Config {
-                database_url,
+                database_url: database_url.expose().to_owned(),
                 binary: std::env::current_exe().context("locating this executable")?,
                 streams,
                 changes,
@@ -437,7 +566,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             rounds,
         }) => {
             let config = mcp_tasks_bench::notify_cost::Config {
-                database_url,
+                database_url: database_url.expose().to_owned(),
                 clients,
                 tasks,
                 seconds,
@@ -460,12 +589,14 @@ async fn serve(
     args: &ServerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let config = args.config();
+    let (auth, protected_resource) = args.auth.authenticator(args.listen).await?;
+    let mut config = args.config();
+    config.protected_resource = protected_resource;
     let state = AppState::new(
         store,
         registry,
         config,
-        Arc::new(NoAuth::default()),
+        auth,
         args.state_keys()?,
         shutdown.child_token(),
     );

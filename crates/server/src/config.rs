@@ -77,6 +77,17 @@ pub struct ServerConfig {
     /// Shortest gap between two "there is work" notifications to the workers.
     pub wake_interval: Duration,
     pub hub: crate::HubConfig,
+    /// Largest `arguments` of a `tools/call`, serialized.
+    pub max_argument_bytes: usize,
+    /// Largest `inputResponses` of one request, serialized.
+    pub max_input_response_bytes: usize,
+    /// Most unfinished tasks one principal may have.
+    pub max_tasks_in_flight: i64,
+    /// Requests per principal per replica; `None` turns the limit off.
+    pub rate_limit: Option<crate::RateLimit>,
+    /// Set when tokens are required: published as RFC 9728 metadata and named in
+    /// `WWW-Authenticate` challenges.
+    pub protected_resource: Option<crate::ProtectedResource>,
 }
 
 impl ServerConfig {
@@ -97,6 +108,11 @@ impl ServerConfig {
             keep_alive: Duration::from_secs(15),
             wake_interval: Duration::from_millis(2),
             hub: crate::HubConfig::default(),
+            protected_resource: None,
+            max_argument_bytes: 256 * 1024,
+            max_input_response_bytes: 256 * 1024,
+            max_tasks_in_flight: 1000,
+            rate_limit: Some(crate::RateLimit::default()),
         }
     }
 }

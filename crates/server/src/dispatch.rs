@@ -149,6 +149,26 @@ pub(crate) fn refuse_nul(params: &Map<String, Value>, what: &str) -> Result<(), 
     Ok(())
 }
 
+/// Refuses a param larger than `max` bytes serialized.
+pub(crate) fn refuse_larger(
+    params: &Map<String, Value>,
+    what: &str,
+    max: usize,
+) -> Result<(), RpcError> {
+    if let Some(value) = params.get(what) {
+        let size = crate::limits::json_size(value);
+        if size > max {
+            return Err(RpcError::method(
+                ErrorObject::invalid_params(format!(
+                    "params.{what} is {size} bytes; the limit is {max}"
+                ))
+                .with_data(json!({ "limit": what, "max": max })),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn string_param<'a>(
     params: &'a Map<String, Value>,
     key: &str,

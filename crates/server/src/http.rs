@@ -12,6 +12,7 @@ use mcp_tasks_wire::jsonrpc::{EnvelopeError, parse_message};
 use mcp_tasks_wire::{ErrorObject, Incoming, RequestId};
 use serde_json::{Value, json};
 
+use crate::auth::AuthError;
 use crate::error::RpcError;
 use crate::{AppState, dispatch};
 
@@ -20,7 +21,55 @@ pub fn router(state: AppState) -> Router {
         .route("/mcp", any(mcp))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(resource_metadata),
+        )
         .with_state(state)
+}
+
+/// RFC 9728 protected-resource metadata: where clients get tokens for this server.
+async fn resource_metadata(State(state): State<AppState>) -> Response {
+    match &state.config().protected_resource {
+        Some(resource) => axum::Json(resource.document()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// 401 with a `WWW-Authenticate` challenge that points at the resource metadata (RFC 9728
+/// §5.1), so a client can discover the authorization server.
+fn unauthorized(state: &AppState, error: &AuthError) -> Response {
+    tracing::info!(reason = %error, "request refused: not authenticated");
+    let mut challenge = String::from("Bearer");
+    let mut params = Vec::new();
+    if let Some(resource) = &state.config().protected_resource {
+        params.push(format!("resource_metadata=\"{}\"", resource.metadata_url()));
+    }
+    if let AuthError::Invalid(why) = error {
+        params.push("error=\"invalid_token\"".to_owned());
+        params.push(format!(
+            "error_description=\"{}\"",
+            why.replace(['"', '\\'], "'")
+        ));
+    }
+    if !params.is_empty() {
+        challenge.push(' ');
+        challenge.push_str(&params.join(", "));
+    }
+    let mut response = json_response(
+        StatusCode::UNAUTHORIZED,
+        error_body(None, &ErrorObject::invalid_request(error)),
+    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -81,15 +130,32 @@ async fn mcp(
         );
     }
 
-    let owner = match state.auth().authenticate(&headers) {
+    let owner = match state.auth().authenticate(&headers).await {
         Ok(owner) => owner,
-        Err(e) => {
-            return json_response(
-                StatusCode::UNAUTHORIZED,
-                error_body(None, &ErrorObject::invalid_request(e)),
-            );
-        }
+        Err(e) => return unauthorized(&state, &e),
     };
+
+    if let Some(limiter) = state.rate_limiter()
+        && let Err(wait) = limiter.check(&owner, std::time::Instant::now())
+    {
+        let per_second = limiter.limit().per_second;
+        let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+        tracing::info!(tenant = %owner.tenant, principal = %owner.principal, "request refused: rate limit");
+        let mut response = json_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            error_body(
+                None,
+                &ErrorObject::invalid_request(format!(
+                    "too many requests for this principal (limit {per_second} per second); retry after {seconds} s"
+                ))
+                .with_data(json!({ "limit": "requests_per_second", "max": per_second })),
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return response;
+    }
 
     if !is_json(&headers) {
         return json_response(
@@ -154,9 +220,15 @@ async fn mcp(
             status,
             retry_after,
         }) => {
-            span.in_scope(
-                || tracing::info!(code = error.code, message = %error.message, "request failed"),
-            );
+            // Messages can quote what the client sent; they stay out of info-level logs.
+            span.in_scope(|| {
+                tracing::info!(
+                    code = error.code,
+                    status = status.as_u16(),
+                    "request failed"
+                );
+                tracing::debug!(message = %error.message, "request failed");
+            });
             let mut response = json_response(status, error_body(Some(&id), &error));
             if let Some(seconds) = retry_after {
                 response

@@ -14,6 +14,7 @@ mod dispatch;
 mod error;
 mod http;
 mod legacy;
+mod limits;
 mod push;
 mod request_state;
 mod tasks_methods;
@@ -29,12 +30,16 @@ use mcp_tasks_tools::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::RateLimiter;
 use crate::push::hub::Hub;
 use crate::push::listen::StreamCounts;
 
-pub use auth::{AuthError, Authenticator, NoAuth};
+pub use auth::{
+    AuthError, Authenticator, JwtAuth, JwtConfig, KeySource, NoAuth, ProtectedResource,
+};
 pub use config::{AllowedHosts, ServerConfig};
 pub use http::router;
+pub use limits::RateLimit;
 pub use push::HubConfig;
 pub use request_state::StateKeys;
 
@@ -54,6 +59,7 @@ struct Inner {
     hub: Hub,
     waker: Waker,
     streams: Arc<StreamCounts>,
+    rate: Option<RateLimiter>,
 }
 
 impl AppState {
@@ -69,6 +75,7 @@ impl AppState {
     ) -> Self {
         let hub = Hub::start(store.clone(), config.hub.clone(), shutdown.clone());
         let waker = Waker::start(store.clone(), config.wake_interval, shutdown.clone());
+        let config_rate = config.rate_limit;
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -80,6 +87,7 @@ impl AppState {
                 hub,
                 waker,
                 streams: Arc::new(StreamCounts::default()),
+                rate: config_rate.map(RateLimiter::new),
             }),
         }
     }
@@ -91,6 +99,10 @@ impl AppState {
     /// Tells the workers there is work (coalesced).
     fn wake_workers(&self) {
         self.inner.waker.wake();
+    }
+
+    fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.inner.rate.as_ref()
     }
 
     fn streams(&self) -> &Arc<StreamCounts> {

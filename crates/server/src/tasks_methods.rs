@@ -9,7 +9,7 @@ use mcp_tasks_wire::{ErrorObject, RequestMeta, codes};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::dispatch::{refuse_nul, string_param};
+use crate::dispatch::{refuse_larger, refuse_nul, string_param};
 use crate::error::RpcError;
 
 pub(crate) async fn handle(
@@ -33,6 +33,11 @@ pub(crate) async fn handle(
         }
         "tasks/update" => {
             refuse_nul(params, "inputResponses")?;
+            refuse_larger(
+                params,
+                "inputResponses",
+                state.config().max_input_response_bytes,
+            )?;
             let responses = match params.get("inputResponses") {
                 Some(Value::Object(r)) => r,
                 Some(_) => {

@@ -18,7 +18,7 @@ use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::dispatch::{refuse_nul, string_param};
+use crate::dispatch::{refuse_larger, refuse_nul, string_param};
 use crate::error::RpcError;
 use crate::push::hub::Snapshot;
 use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
@@ -47,6 +47,12 @@ pub(crate) async fn call(
     };
     refuse_nul(params, "arguments")?;
     refuse_nul(params, "inputResponses")?;
+    refuse_larger(params, "arguments", state.config().max_argument_bytes)?;
+    refuse_larger(
+        params,
+        "inputResponses",
+        state.config().max_input_response_bytes,
+    )?;
     state
         .registry()
         .validate_arguments(name, &arguments)
@@ -84,9 +90,10 @@ pub(crate) async fn call(
         return input_required(state, owner, meta, tool, &arguments, answers, requests);
     }
 
+    let limit = state.config().max_tasks_in_flight;
     let task = state
         .store()
-        .create_task(
+        .create_task_within(
             owner,
             NewTask {
                 tool: tool.name.clone(),
@@ -99,8 +106,17 @@ pub(crate) async fn call(
                 input_responses: answers,
                 trace_context: Some(trace_context),
             },
+            limit,
         )
-        .await?;
+        .await?
+        .ok_or_else(|| RpcError {
+            error: ErrorObject::invalid_request(format!(
+                "too many unfinished tasks for this principal (limit {limit}); wait for some to finish or cancel them"
+            ))
+            .with_data(json!({ "limit": "tasks_in_flight", "max": limit })),
+            status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+            retry_after: Some(1),
+        })?;
     state.wake_workers();
     tracing::info!(task = %task.id, tool = %tool.name, "task created");
     if declares_tasks {

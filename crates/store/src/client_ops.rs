@@ -4,7 +4,7 @@ use serde_json::{Map, Value};
 use sqlx::{Postgres, Transaction};
 
 use crate::record::TaskRow;
-use crate::{Lookup, Owner, Result, Store, TaskId, TaskRecord, notify};
+use crate::{Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
 
 /// Columns every statement that finishes a task sets: clears the lease and the runnable
 /// mark, and raises ttl_ms so the task stays readable for its retention period.
@@ -72,39 +72,80 @@ pub enum CancelOutcome {
 impl Store {
     /// Creates a task and commits it, so it is readable from every replica as soon as
     /// this returns. Wake the workers afterwards ([`crate::notify::Waker`]).
-    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
     pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
+        self.insert_task(owner, task, None)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("no limit was set, yet one was reached".into()))
+    }
+
+    /// Like [`Store::create_task`], unless the owner already has `max_in_flight` tasks that
+    /// have not finished (`None`). The count and the insert are one statement; creates
+    /// racing each other may overshoot the limit by the number of them in flight.
+    pub async fn create_task_within(
+        &self,
+        owner: &Owner,
+        task: NewTask,
+        max_in_flight: i64,
+    ) -> Result<Option<TaskRecord>> {
+        self.insert_task(owner, task, Some(max_in_flight)).await
+    }
+
+    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
+    async fn insert_task(
+        &self,
+        owner: &Owner,
+        task: NewTask,
+        max_in_flight: Option<i64>,
+    ) -> Result<Option<TaskRecord>> {
+        macro_rules! insert {
+            ($condition:literal) => {
+                concat!(
+                    r"
+                    INSERT INTO tasks (
+                        tenant, principal, id, tool, arguments, trace_context,
+                        status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
+                        input_responses, max_attempts, run_after
+                    )
+                    SELECT
+                        $1, $2, $3, $4, $5, $6,
+                        $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
+                        $11, $12, now()
+                    ",
+                    $condition,
+                    " RETURNING *"
+                )
+            };
+        }
+        let sql = match max_in_flight {
+            None => insert!("WHERE $13::bigint IS NULL"),
+            Some(_) => insert!(
+                "WHERE (
+                    SELECT count(*) FROM (
+                        SELECT 1 FROM tasks
+                        WHERE tenant = $1 AND principal = $2 AND finished_at IS NULL
+                        LIMIT $13
+                    ) AS live
+                ) < $13"
+            ),
+        };
         let id = TaskId::random();
-        let row: TaskRow = sqlx::query_as(
-            r"
-            INSERT INTO tasks (
-                tenant, principal, id, tool, arguments, trace_context,
-                status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
-                input_responses, max_attempts, run_after
-            )
-            VALUES (
-                $1, $2, $3, $4, $5, $6,
-                $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
-                $11, $12, now()
-            )
-            RETURNING *
-            ",
-        )
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
-        .bind(&task.tool)
-        .bind(&task.arguments)
-        .bind(&task.trace_context)
-        .bind(&task.status_message)
-        .bind(task.ttl_ms)
-        .bind(task.poll_interval_ms)
-        .bind(task.retention_ms)
-        .bind(Value::Object(task.input_responses))
-        .bind(task.max_attempts)
-        .fetch_one(self.pool())
-        .await?;
-        row.try_into()
+        let row: Option<TaskRow> = sqlx::query_as(sql)
+            .bind(&owner.tenant)
+            .bind(&owner.principal)
+            .bind(id.0)
+            .bind(&task.tool)
+            .bind(&task.arguments)
+            .bind(&task.trace_context)
+            .bind(&task.status_message)
+            .bind(task.ttl_ms)
+            .bind(task.poll_interval_ms)
+            .bind(task.retention_ms)
+            .bind(Value::Object(task.input_responses))
+            .bind(task.max_attempts)
+            .bind(max_in_flight)
+            .fetch_optional(self.pool())
+            .await?;
+        row.map(TryInto::try_into).transpose()
     }
 
     #[tracing::instrument(name = "db.task.get", skip_all, err)]

@@ -91,14 +91,7 @@ pub fn validate_input_response(request: &Value, response: &Value) -> Result<(), 
                     let errors: Vec<String> = validator
                         .iter_errors(&content)
                         .take(3)
-                        .map(|e| {
-                            let at = e.instance_path().to_string();
-                            if at.is_empty() {
-                                e.to_string()
-                            } else {
-                                format!("{at}: {e}")
-                            }
-                        })
+                        .map(|e| describe(&e))
                         .collect();
                     if errors.is_empty() {
                         Ok(())
@@ -128,6 +121,31 @@ pub fn validate_input_response(request: &Value, response: &Value) -> Result<(), 
             _ => Err("a roots answer needs a \"roots\" array".into()),
         },
         _ => Ok(()),
+    }
+}
+
+/// A validation error in words, with where it is but without the offending value (it
+/// may be large, or secret).
+pub(crate) fn describe(e: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind as K;
+    let what = match e.kind() {
+        K::Required { property } => format!("missing required property {property}"),
+        K::Type { kind } => format!("must be of type {kind:?}"),
+        K::Enum { options } => format!("must be one of {options}"),
+        K::AdditionalProperties { unexpected } => {
+            format!("unexpected properties {}", unexpected.join(", "))
+        }
+        K::Minimum { limit } => format!("must be at least {limit}"),
+        K::Maximum { limit } => format!("must be at most {limit}"),
+        K::MinLength { limit } => format!("must be at least {limit} characters"),
+        K::MaxLength { limit } => format!("must be at most {limit} characters"),
+        _ => "does not match the schema".to_owned(),
+    };
+    let at = e.instance_path().to_string();
+    if at.is_empty() {
+        what
+    } else {
+        format!("{at}: {what}")
     }
 }
 
@@ -163,10 +181,13 @@ mod tests {
         assert!(validate_input_response(&req, &json!({"action":"decline"})).is_ok());
         let err = validate_input_response(
             &req,
-            &json!({"action":"accept","content":{"confirm":"yes"}}),
+            &json!({"action":"accept","content":{"confirm":"secret-yes"}}),
         )
         .unwrap_err();
-        assert!(err.contains("/confirm"), "{err}");
+        assert!(
+            err.contains("/confirm") && !err.contains("secret-yes"),
+            "{err}"
+        );
         assert!(validate_input_response(&req, &json!({"action":"accept","content":{}})).is_err());
         assert!(validate_input_response(&req, &json!({"action":"maybe"})).is_err());
         assert!(validate_input_response(&req, &json!({"ignored":true})).is_err());

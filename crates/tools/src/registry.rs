@@ -100,39 +100,13 @@ impl Registry {
             .validator
             .iter_errors(arguments)
             .take(3)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                let what = describe(&e);
-                if at.is_empty() {
-                    what
-                } else {
-                    format!("{at}: {what}")
-                }
-            })
+            .map(|e| crate::input::describe(&e))
             .collect();
         if errors.is_empty() {
             Ok(())
         } else {
             Err(errors.join("; "))
         }
-    }
-}
-
-/// A validation error in words, without the offending value (it may be large or secret).
-fn describe(e: &jsonschema::ValidationError<'_>) -> String {
-    use jsonschema::error::ValidationErrorKind as K;
-    match e.kind() {
-        K::Required { property } => format!("missing required property {property}"),
-        K::Type { kind } => format!("must be of type {kind:?}"),
-        K::Enum { options } => format!("must be one of {options}"),
-        K::AdditionalProperties { unexpected } => {
-            format!("unexpected properties {}", unexpected.join(", "))
-        }
-        K::Minimum { limit } => format!("must be at least {limit}"),
-        K::Maximum { limit } => format!("must be at most {limit}"),
-        K::MinLength { limit } => format!("must be at least {limit} characters"),
-        K::MaxLength { limit } => format!("must be at most {limit} characters"),
-        _ => "does not match the schema".to_owned(),
     }
 }
 

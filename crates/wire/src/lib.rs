@@ -11,6 +11,7 @@ pub mod json;
 pub mod jsonrpc;
 pub mod meta;
 pub mod results;
+pub mod secret;
 pub mod strict;
 pub mod tasks;
 pub mod time_fmt;

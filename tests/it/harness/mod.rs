@@ -36,7 +36,10 @@ mod test_auth {
     pub(crate) struct HeaderAuth;
 
     impl Authenticator for HeaderAuth {
-        fn authenticate(&self, headers: &reqwest::header::HeaderMap) -> Result<Owner, AuthError> {
+        fn authenticate<'a>(
+            &'a self,
+            headers: &'a reqwest::header::HeaderMap,
+        ) -> futures::future::BoxFuture<'a, Result<Owner, AuthError>> {
             let get = |name: &str, default: &str| {
                 headers
                     .get(name)
@@ -44,10 +47,11 @@ mod test_auth {
                     .unwrap_or(default)
                     .to_owned()
             };
-            Ok(Owner::new(
+            let owner = Owner::new(
                 get("x-test-tenant", "default"),
                 get("x-test-principal", "anonymous"),
-            ))
+            );
+            Box::pin(std::future::ready(Ok(owner)))
         }
     }
 }
@@ -59,6 +63,8 @@ pub(crate) fn registry(packs: &str) -> Registry {
 pub(crate) fn server_config() -> ServerConfig {
     let mut c = ServerConfig::new(server_info());
     c.sync_wait = Duration::from_secs(20);
+    // Tests fire requests as fast as they can; the limit has tests of its own.
+    c.rate_limit = None;
     c
 }
 
