@@ -41,6 +41,7 @@ fn new_task(tool: &str, arguments: Value) -> NewTask {
         max_attempts: 3,
         input_responses: Map::new(),
         trace_context: None,
+        idempotency: None,
     }
 }
 

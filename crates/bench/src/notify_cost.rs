@@ -82,6 +82,7 @@ async fn measure(config: &Config, store: &Store, out: &mut dyn Write) -> anyhow:
                     max_attempts: 1,
                     input_responses: Map::new(),
                     trace_context: None,
+                    idempotency: None,
                 },
             )
             .await?;

@@ -183,6 +183,40 @@ impl Client {
         })
     }
 
+    /// `tools/call` with an `Idempotency-Key`: retrying it after a lost response returns
+    /// the same task instead of creating a second one.
+    pub async fn call_tool_idempotent(
+        &self,
+        name: &str,
+        arguments: Value,
+        key: &str,
+    ) -> Result<Value, ClientError> {
+        let id = json!(self.next_id());
+        let response = self
+            .post(
+                &id,
+                "tools/call",
+                json!({ "name": name, "arguments": arguments }),
+            )
+            .header("idempotency-key", key)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await?;
+        let body = serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
+            status,
+            body: text.chars().take(500).collect(),
+        })?;
+        Exchange {
+            status,
+            headers,
+            body: Some(body),
+        }
+        .into_result()
+    }
+
     /// A POST of one request, with its `_meta` and routing headers.
     fn post(&self, id: &Value, method: &str, params: Value) -> reqwest::RequestBuilder {
         let mut params = match params {

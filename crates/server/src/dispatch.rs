@@ -76,7 +76,8 @@ pub(crate) async fn handle(
         }
         "tools/call" => {
             let trace = trace::for_request(headers);
-            tools_call::call(state, owner, &meta, &request.params, trace).await?
+            let key = idempotency_key(headers)?;
+            tools_call::call(state, owner, &meta, &request.params, trace, key).await?
         }
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             tasks_methods::handle(state, owner, &meta, &request.method, &request.params).await?
@@ -133,6 +134,20 @@ fn list(
     result.insert("resultType".into(), json!("complete"));
     cache_hint(state).apply(&mut result);
     Ok(result)
+}
+
+/// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, RpcError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = raw.as_bytes();
+    if key.is_empty() || key.len() > 255 || !key.iter().all(|b| (0x21..0x7f).contains(b)) {
+        return Err(RpcError::protocol(ErrorObject::invalid_request(
+            "the Idempotency-Key header must be 1 to 255 visible ASCII characters",
+        )));
+    }
+    Ok(Some(String::from_utf8_lossy(key).into_owned()))
 }
 
 /// PostgreSQL cannot store U+0000 in text or jsonb, so params that would be stored must

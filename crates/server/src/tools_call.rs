@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_tasks_store::{NewTask, Owner, Store, TaskId, UpdateOutcome};
+use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, UpdateOutcome};
 use mcp_tasks_tools::{
     ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError, validate_input_response,
 };
@@ -30,6 +30,7 @@ pub(crate) async fn call(
     meta: &RequestMeta,
     params: &Map<String, Value>,
     trace_context: Value,
+    idempotency_key: Option<String>,
 ) -> Result<Map<String, Value>, RpcError> {
     let name = string_param(params, "name")?;
     let tool = state
@@ -91,9 +92,13 @@ pub(crate) async fn call(
     }
 
     let limit = state.config().max_tasks_in_flight;
-    let task = state
+    let idempotency = idempotency_key.map(|key| Idempotency {
+        key,
+        request_digest: value_digest(&json!({ "tool": tool.name, "arguments": arguments })),
+    });
+    let created = state
         .store()
-        .create_task_within(
+        .create(
             owner,
             NewTask {
                 tool: tool.name.clone(),
@@ -105,20 +110,37 @@ pub(crate) async fn call(
                 max_attempts: i32::try_from(tool.max_attempts).unwrap_or(i32::MAX),
                 input_responses: answers,
                 trace_context: Some(trace_context),
+                idempotency,
             },
-            limit,
+            Some(limit),
         )
-        .await?
-        .ok_or_else(|| RpcError {
-            error: ErrorObject::invalid_request(format!(
-                "too many unfinished tasks for this principal (limit {limit}); wait for some to finish or cancel them"
-            ))
-            .with_data(json!({ "limit": "tasks_in_flight", "max": limit })),
-            status: axum::http::StatusCode::TOO_MANY_REQUESTS,
-            retry_after: Some(1),
-        })?;
-    state.wake_workers();
-    tracing::info!(task = %task.id, tool = %tool.name, "task created");
+        .await?;
+    let task = match created {
+        Created::New(task) => {
+            state.wake_workers();
+            tracing::info!(task = %task.id, tool = %tool.name, "task created");
+            task
+        }
+        Created::Existing(task) => {
+            tracing::info!(task = %task.id, tool = %tool.name, "idempotent retry: the task exists already");
+            task
+        }
+        Created::KeyConflict => {
+            return Err(RpcError::invalid_params(
+                "the Idempotency-Key was already used with a different request (tool or arguments)",
+            ));
+        }
+        Created::LimitReached => {
+            return Err(RpcError {
+                error: ErrorObject::invalid_request(format!(
+                    "too many unfinished tasks for this principal (limit {limit}); wait for some to finish or cancel them"
+                ))
+                .with_data(json!({ "limit": "tasks_in_flight", "max": limit })),
+                status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+                retry_after: Some(1),
+            });
+        }
+    };
     if declares_tasks {
         return Ok(task.view().create_result());
     }

@@ -39,6 +39,27 @@ pub struct NewTask {
     /// Answers gathered before the task existed (MRTR), visible to the handler.
     pub input_responses: Map<String, Value>,
     pub trace_context: Option<Value>,
+    /// Makes creation idempotent: a second create with the same key finds this task.
+    pub idempotency: Option<Idempotency>,
+}
+
+/// An idempotency key and a digest of the request it was first used with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    pub request_digest: String,
+}
+
+/// What a create did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    New(TaskRecord),
+    /// An earlier create with the same idempotency key and request made this task.
+    Existing(TaskRecord),
+    /// The idempotency key was used before with a different request.
+    KeyConflict,
+    /// The owner has too many unfinished tasks.
+    LimitReached,
 }
 
 /// What `tasks/update` did.
@@ -73,30 +94,25 @@ impl Store {
     /// Creates a task and commits it, so it is readable from every replica as soon as
     /// this returns. Wake the workers afterwards ([`crate::notify::Waker`]).
     pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
-        self.insert_task(owner, task, None)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("no limit was set, yet one was reached".into()))
+        match self.create(owner, task, None).await? {
+            Created::New(task) | Created::Existing(task) => Ok(task),
+            other => Err(StoreError::Corrupt(format!(
+                "unlimited create refused: {other:?}"
+            ))),
+        }
     }
 
-    /// Like [`Store::create_task`], unless the owner already has `max_in_flight` tasks that
-    /// have not finished (`None`). The count and the insert are one statement; creates
-    /// racing each other may overshoot the limit by the number of them in flight.
-    pub async fn create_task_within(
-        &self,
-        owner: &Owner,
-        task: NewTask,
-        max_in_flight: i64,
-    ) -> Result<Option<TaskRecord>> {
-        self.insert_task(owner, task, Some(max_in_flight)).await
-    }
-
+    /// Creates a task, unless the owner already has `max_in_flight` unfinished tasks, or
+    /// the task's idempotency key names an existing task (returned, when the request is
+    /// the same). The count and the insert are one statement: creates racing each other
+    /// may overshoot the limit by the number of them in flight at once.
     #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
-    async fn insert_task(
+    pub async fn create(
         &self,
         owner: &Owner,
         task: NewTask,
         max_in_flight: Option<i64>,
-    ) -> Result<Option<TaskRecord>> {
+    ) -> Result<Created> {
         macro_rules! insert {
             ($condition:literal) => {
                 concat!(
@@ -104,15 +120,21 @@ impl Store {
                     INSERT INTO tasks (
                         tenant, principal, id, tool, arguments, trace_context,
                         status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
-                        input_responses, max_attempts, run_after
+                        input_responses, max_attempts, run_after,
+                        idempotency_key, request_digest
                     )
                     SELECT
                         $1, $2, $3, $4, $5, $6,
                         $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
-                        $11, $12, now()
+                        $11, $12, now(),
+                        $14, $15
                     ",
                     $condition,
-                    " RETURNING *"
+                    "
+                    ON CONFLICT (tenant, principal, idempotency_key)
+                        WHERE idempotency_key IS NOT NULL
+                        DO NOTHING
+                    RETURNING *"
                 )
             };
         }
@@ -129,6 +151,10 @@ impl Store {
             ),
         };
         let id = TaskId::random();
+        let (key, digest) = match &task.idempotency {
+            Some(i) => (Some(i.key.as_str()), Some(i.request_digest.as_str())),
+            None => (None, None),
+        };
         let row: Option<TaskRow> = sqlx::query_as(sql)
             .bind(&owner.tenant)
             .bind(&owner.principal)
@@ -143,9 +169,32 @@ impl Store {
             .bind(Value::Object(task.input_responses))
             .bind(task.max_attempts)
             .bind(max_in_flight)
+            .bind(key)
+            .bind(digest)
             .fetch_optional(self.pool())
             .await?;
-        row.map(TryInto::try_into).transpose()
+        if let Some(row) = row {
+            return Ok(Created::New(row.try_into()?));
+        }
+        let (Some(key), Some(digest)) = (key, digest) else {
+            return Ok(Created::LimitReached);
+        };
+        let existing: Option<TaskRow> = sqlx::query_as(
+            "SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND idempotency_key = $3",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(key)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match existing {
+            Some(row) if row.request_digest.as_deref() == Some(digest) => {
+                Created::Existing(row.try_into()?)
+            }
+            Some(_) => Created::KeyConflict,
+            // No conflict, so the limit refused it.
+            None => Created::LimitReached,
+        })
     }
 
     #[tracing::instrument(name = "db.task.get", skip_all, err)]

@@ -20,7 +20,9 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
-pub use client_ops::{CancelOutcome, InputValidationError, NewTask, UpdateOutcome};
+pub use client_ops::{
+    CancelOutcome, Created, Idempotency, InputValidationError, NewTask, UpdateOutcome,
+};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use maintenance::MaintenanceReport;
 pub use record::{TaskId, TaskRecord};

@@ -63,6 +63,7 @@ pub(crate) struct TaskRow {
     max_attempts: i32,
     cancel_requested_at: Option<OffsetDateTime>,
     version: i64,
+    pub(crate) request_digest: Option<String>,
 }
 
 /// A task as stored.
