@@ -17,7 +17,7 @@ use mcp_tasks_wire::secret::Secret;
 use mcp_tasks_worker::WorkerConfig;
 use tokio_util::sync::CancellationToken;
 
-use crate::devdb::DevDatabase;
+use mcp_tasks_devdb::DevDatabase;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -164,7 +164,7 @@ struct PoolArgs {
     #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS", default_value_t = 16)]
     db_max_connections: u32,
     /// How long a request waits for a database connection before failing (ms).
-    #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2000)]
     db_acquire_timeout_ms: u64,
 }
 
@@ -207,6 +207,10 @@ struct ServerArgs {
     /// declare the tasks extension (ms).
     #[arg(long, env = "MCP_TASKS_SYNC_WAIT_MS", default_value_t = 60_000)]
     sync_wait_ms: u64,
+    /// On SIGTERM, how long requests waiting for a task may go on before answering 503
+    /// (ms).
+    #[arg(long, env = "MCP_TASKS_DRAIN_GRACE_MS", default_value_t = 10_000)]
+    drain_grace_ms: u64,
     /// Minimum time a finished task stays readable (ms).
     #[arg(long, env = "MCP_TASKS_RETENTION_MS", default_value_t = 3_600_000)]
     retention_ms: u64,
@@ -399,6 +403,7 @@ impl ServerArgs {
         c.max_body_bytes = self.max_body_bytes;
         c.sync_wait = Duration::from_millis(self.sync_wait_ms);
         c.retention = Duration::from_millis(self.retention_ms);
+        c.drain_grace = Duration::from_millis(self.drain_grace_ms);
         c.max_listen_tasks = self.max_listen_tasks;
         c.max_streams_per_principal = self.max_streams_per_principal;
         c.json_limits.max_depth = self.max_json_depth;
@@ -611,10 +616,20 @@ async fn serve(
         );
     }
     let stop = shutdown.clone();
-    mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await })
-        .await
-        .context("serving")?;
+    let served = mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await });
+    // In-flight requests finish, listen streams end with their result; a connection that
+    // still lingers after the drain does not keep the process alive.
+    let drain_limit = Duration::from_millis(args.drain_grace_ms) + Duration::from_secs(5);
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(drain_limit).await;
+    };
+    tokio::select! {
+        served = served => served.context("serving")?,
+        () = deadline => tracing::warn!("connections still open after the drain; exiting anyway"),
+    }
     if shutdown.is_cancelled() {
+        tracing::info!("replica stopped");
         Ok(())
     } else {
         bail!("the server stopped unexpectedly")

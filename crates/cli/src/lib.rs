@@ -1,5 +1,3 @@
-//! The `mcp-tasks` binary's code: command-line parsing and process wiring, plus the
-//! throwaway PostgreSQL cluster that `dev` (and the tests) can start.
+//! The `mcp-tasks` binary's code: command-line parsing and process wiring.
 
 pub mod cli;
-pub mod devdb;

@@ -59,6 +59,8 @@ pub struct ServerConfig {
     /// How long a replica waits for a worker on behalf of a client that did not declare
     /// the Tasks extension, before giving up on the call.
     pub sync_wait: Duration,
+    /// On shutdown, how long synchronous waits may go on before answering 503.
+    pub drain_grace: Duration,
     /// Longest a synchronous (sync-only) tool may run inside the replica.
     pub sync_tool_timeout: Duration,
     /// Minimum time a finished task stays readable.
@@ -99,6 +101,7 @@ impl ServerConfig {
             json_limits: mcp_tasks_wire::strict::JsonLimits::default(),
             sync_wait: Duration::from_secs(60),
             sync_tool_timeout: Duration::from_secs(30),
+            drain_grace: Duration::from_secs(10),
             retention: Duration::from_secs(3600),
             request_state_ttl: Duration::from_secs(15 * 60),
             cache_ttl: Duration::from_secs(300),

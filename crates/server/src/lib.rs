@@ -60,6 +60,13 @@ struct Inner {
     waker: Waker,
     streams: Arc<StreamCounts>,
     rate: Option<RateLimiter>,
+    background: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.background.cancel();
+    }
 }
 
 impl AppState {
@@ -73,8 +80,11 @@ impl AppState {
         state_keys: StateKeys,
         shutdown: CancellationToken,
     ) -> Self {
-        let hub = Hub::start(store.clone(), config.hub.clone(), shutdown.clone());
-        let waker = Waker::start(store.clone(), config.wake_interval, shutdown.clone());
+        // Background tasks outlive the drain that `shutdown` starts (waits still in flight
+        // need the hub), and stop when the last handle on this state is gone.
+        let background = CancellationToken::new();
+        let hub = Hub::start(store.clone(), config.hub.clone(), background.clone());
+        let waker = Waker::start(store.clone(), config.wake_interval, background.clone());
         let config_rate = config.rate_limit;
         Self {
             inner: Arc::new(Inner {
@@ -88,6 +98,7 @@ impl AppState {
                 waker,
                 streams: Arc::new(StreamCounts::default()),
                 rate: config_rate.map(RateLimiter::new),
+                background,
             }),
         }
     }

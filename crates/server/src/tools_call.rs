@@ -80,7 +80,7 @@ pub(crate) async fn call(
         Round::Pre(answers) => answers,
         Round::Task(id) => {
             apply_answers_to_task(state, owner, id, params).await?;
-            return wait_for_result(state, owner, meta, tool, id).await;
+            return wait_for_result(state, owner, meta, tool, id, false).await;
         }
     };
 
@@ -92,6 +92,8 @@ pub(crate) async fn call(
     }
 
     let limit = state.config().max_tasks_in_flight;
+    // With a key, a client that lost its answer calls again and finds the same task.
+    let retryable = idempotency_key.is_some();
     let idempotency = idempotency_key.map(|key| Idempotency {
         key,
         request_digest: value_digest(&json!({ "tool": tool.name, "arguments": arguments })),
@@ -144,7 +146,7 @@ pub(crate) async fn call(
     if declares_tasks {
         return Ok(task.view().create_result());
     }
-    wait_for_result(state, owner, meta, tool, task.id).await
+    wait_for_result(state, owner, meta, tool, task.id, retryable).await
 }
 
 fn millis(d: Duration) -> i64 {
@@ -439,20 +441,27 @@ impl Drop for CancelOnDrop {
 }
 
 /// Waits for a task on behalf of a client that cannot poll it.
+///
+/// If the wait is abandoned the task is cancelled, since nobody could read its result;
+/// unless the call carried an `Idempotency-Key` (`retryable`), in which case the client
+/// can call again and pick the task up. When the replica shuts down, waits go on for
+/// `drain_grace` and then answer 503, so clients retry on another replica.
 async fn wait_for_result(
     state: &AppState,
     owner: &Owner,
     meta: &RequestMeta,
     tool: &Tool,
     id: TaskId,
+    retryable: bool,
 ) -> Result<Map<String, Value>, RpcError> {
     let mut guard = CancelOnDrop {
         store: state.store().clone(),
         owner: owner.clone(),
         id,
-        armed: true,
+        armed: !retryable,
     };
-    let deadline = tokio::time::Instant::now() + state.config().sync_wait;
+    let mut deadline = tokio::time::Instant::now() + state.config().sync_wait;
+    let mut draining = false;
     // The hub tells us about every change to the task, read once for all who wait on it.
     let mut watcher = match state.hub().subscribe(owner, &[id]).await?.pop() {
         Some(w) => w,
@@ -527,7 +536,7 @@ async fn wait_for_result(
                     return Err(RpcError::unavailable());
                 }
             }
-            () = tokio::time::sleep_until(deadline) => {
+            () = tokio::time::sleep_until(deadline), if !draining => {
                 return Err(RpcError::method(ErrorObject::new(
                     codes::INTERNAL_ERROR,
                     format!(
@@ -537,7 +546,11 @@ async fn wait_for_result(
                     ),
                 )));
             }
-            () = state.shutdown().cancelled() => {
+            () = state.shutdown().cancelled(), if !draining => {
+                draining = true;
+                deadline = deadline.min(tokio::time::Instant::now() + state.config().drain_grace);
+            }
+            () = tokio::time::sleep_until(deadline), if draining => {
                 return Err(RpcError::unavailable());
             }
         }

@@ -8,6 +8,7 @@
 //! - Not found is a value ([`Lookup`]), not an error; errors are database failures.
 
 pub mod bench;
+pub mod chaos;
 mod client_ops;
 mod lease;
 mod maintenance;
@@ -80,15 +81,21 @@ impl StoreError {
     /// True when the database could not be reached at all (as opposed to a query that
     /// failed), so callers can answer "try again later" rather than "internal error".
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Self::Database(
                 sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::Io(_)
-                    | sqlx::Error::Tls(_)
-            )
-        )
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_),
+            ) => true,
+            // Connection exceptions (08), too many connections (53300), and the server
+            // shutting down, restarting or not accepting yet (57P01..57P03).
+            Self::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
+                code.starts_with("08") || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+            }),
+            _ => false,
+        }
     }
 }
 
@@ -108,7 +115,9 @@ impl Default for PoolConfig {
     fn default() -> Self {
         Self {
             max_connections: 16,
-            acquire_timeout: Duration::from_secs(5),
+            // Short, so that while the database is down requests fail fast with "retry
+            // later" instead of queueing behind connections that cannot be made.
+            acquire_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(30),
         }
     }

@@ -34,7 +34,7 @@ pub(crate) fn server_url() -> String {
                     .join()
                     .expect("testcontainers thread panicked");
             }
-            let db = mcp_tasks::devdb::DevDatabase::start_watched().expect(
+            let db = mcp_tasks_devdb::DevDatabase::start_watched().expect(
                 "no DATABASE_URL, no Docker, and no local PostgreSQL binaries: cannot run the tests",
             );
             let url = db.url().to_owned();

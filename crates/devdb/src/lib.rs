@@ -16,6 +16,9 @@ pub struct DevDatabase {
     child: Child,
     url: String,
     version: String,
+    port: u16,
+    /// How to start the server again (not for watched clusters).
+    restart: Option<Command>,
 }
 
 impl DevDatabase {
@@ -139,6 +142,15 @@ impl DevDatabase {
         postgres.stdout(Stdio::null()).stderr(Stdio::null());
         as_user(&mut postgres, run_as);
         let child = postgres.spawn().context("starting postgres")?;
+        let restart = (!watch_parent).then(|| {
+            let mut again = Command::new(bin.join("postgres"));
+            again
+                .args(&postgres_args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            as_user(&mut again, run_as);
+            again
+        });
         let version = std::fs::read_to_string(data.join("PG_VERSION"))
             .map(|v| v.trim().to_owned())
             .unwrap_or_default();
@@ -147,9 +159,26 @@ impl DevDatabase {
             child,
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             version,
+            port,
+            restart,
         };
         db.wait_ready(port)?;
         Ok(db)
+    }
+
+    /// Stops the server (fast shutdown: connections are cut, nothing committed is lost),
+    /// as an outage would.
+    pub fn stop(&mut self) {
+        stop(&mut self.child);
+    }
+
+    /// Starts the server again on the same port and data after [`DevDatabase::stop`].
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        let Some(command) = self.restart.as_mut() else {
+            bail!("a watched cluster cannot be restarted");
+        };
+        self.child = command.spawn().context("starting postgres again")?;
+        self.wait_ready(self.port)
     }
 
     fn wait_ready(&self, port: u16) -> anyhow::Result<()> {
@@ -169,20 +198,27 @@ impl DevDatabase {
 
 impl Drop for DevDatabase {
     fn drop(&mut self) {
-        // SIGINT is PostgreSQL's "fast shutdown".
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// SIGINT is PostgreSQL's "fast shutdown" (and stops the minding shell too).
+fn stop(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn find_bindir() -> Option<PathBuf> {

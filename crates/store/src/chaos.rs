@@ -1,0 +1,137 @@
+//! SQL used only by the chaos harness (`mcp-tasks chaos`): an audit trail of task
+//! transitions, installed in the harness's own database, and the checks made on it.
+
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{Result, Store, TaskId};
+
+/// What the audit trail says about the whole run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Tasks that entered a terminal status more than once.
+    pub double_finalized: i64,
+    /// Updates that replaced a stored result.
+    pub results_overwritten: i64,
+    /// Updates that moved a task out of a terminal status.
+    pub left_terminal: i64,
+    /// Leases still held.
+    pub leases_held: i64,
+    /// Claims made (first runs, re-runs after input, and reclaims).
+    pub claims: i64,
+}
+
+impl Store {
+    /// Installs the audit trigger. Only ever in a database made for the harness.
+    pub async fn chaos_install_audit(&self) -> Result<()> {
+        for statement in [
+            r"CREATE TABLE IF NOT EXISTS chaos_audit (
+                seq bigserial PRIMARY KEY,
+                id uuid NOT NULL,
+                event text NOT NULL,
+                status text,
+                lease_token bigint,
+                lease_owner text,
+                at timestamptz NOT NULL DEFAULT clock_timestamp()
+            )",
+            r"CREATE OR REPLACE FUNCTION chaos_audit_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.status IN ('completed', 'failed', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status THEN
+                    INSERT INTO chaos_audit (id, event, status) VALUES (NEW.id, 'finished', NEW.status);
+                END IF;
+                IF OLD.status IN ('completed', 'failed', 'cancelled') AND NEW.status IS DISTINCT FROM OLD.status THEN
+                    INSERT INTO chaos_audit (id, event, status) VALUES (NEW.id, 'left_terminal', NEW.status);
+                END IF;
+                IF OLD.result IS NOT NULL AND NEW.result IS DISTINCT FROM OLD.result THEN
+                    INSERT INTO chaos_audit (id, event) VALUES (NEW.id, 'result_overwritten');
+                END IF;
+                IF NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN
+                    INSERT INTO chaos_audit (id, event, lease_token, lease_owner)
+                    VALUES (NEW.id, 'claimed', NEW.lease_token, NEW.lease_owner);
+                END IF;
+                RETURN NULL;
+            END $$",
+            "DROP TRIGGER IF EXISTS chaos_audit ON tasks",
+            "CREATE TRIGGER chaos_audit AFTER UPDATE ON tasks FOR EACH ROW EXECUTE FUNCTION chaos_audit_tasks()",
+        ] {
+            sqlx::query(statement).execute(self.pool()).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn chaos_audit(&self) -> Result<Audit> {
+        let (double_finalized, results_overwritten, left_terminal, leases_held, claims): (
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+        ) = sqlx::query_as(
+            r"
+            SELECT
+                (SELECT count(*) FROM (
+                    SELECT id FROM chaos_audit WHERE event = 'finished' GROUP BY id HAVING count(*) > 1
+                ) d),
+                (SELECT count(*) FROM chaos_audit WHERE event = 'result_overwritten'),
+                (SELECT count(*) FROM chaos_audit WHERE event = 'left_terminal'),
+                (SELECT count(*) FROM tasks WHERE lease_owner IS NOT NULL),
+                (SELECT count(*) FROM chaos_audit WHERE event = 'claimed')
+            ",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Audit {
+            double_finalized,
+            results_overwritten,
+            left_terminal,
+            leases_held,
+            claims,
+        })
+    }
+
+    /// The tasks a worker holds now, with their lease tokens, and the database's clock.
+    pub async fn chaos_held_by(
+        &self,
+        worker: &str,
+    ) -> Result<(OffsetDateTime, Vec<(TaskId, i64)>)> {
+        let now: OffsetDateTime = sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(self.pool())
+            .await?;
+        let held: Vec<(Uuid, i64)> =
+            sqlx::query_as("SELECT id, lease_token FROM tasks WHERE lease_owner = $1")
+                .bind(worker)
+                .fetch_all(self.pool())
+                .await?;
+        Ok((
+            now,
+            held.into_iter().map(|(id, t)| (TaskId(id), t)).collect(),
+        ))
+    }
+
+    /// When the task was next claimed after the lease with `token`, if it was.
+    pub async fn chaos_reclaimed_at(
+        &self,
+        id: TaskId,
+        token: i64,
+    ) -> Result<Option<OffsetDateTime>> {
+        Ok(sqlx::query_scalar(
+            "SELECT min(at) FROM chaos_audit WHERE id = $1 AND event = 'claimed' AND lease_token > $2",
+        )
+        .bind(id.0)
+        .bind(token)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// Ends every LISTEN connection of the database, as a network blip or a failover would.
+    pub async fn chaos_terminate_listeners(&self) -> Result<u64> {
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1 AND datname = current_database()",
+        )
+        .bind(crate::notify::LISTENER_APPLICATION_NAME)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(killed.into_iter().filter(|k| *k).count() as u64)
+    }
+}
