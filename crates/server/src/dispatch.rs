@@ -43,9 +43,9 @@ pub(crate) async fn handle(
 
     let meta = RequestMeta::from_params(&request.params).map_err(RpcError::protocol)?;
     let routing = RoutingHeaders {
-        protocol_version: headers.get(headers::PROTOCOL_VERSION).map(|v| v.as_bytes()),
-        method: headers.get(headers::METHOD).map(|v| v.as_bytes()),
-        name: headers.get(headers::NAME).map(|v| v.as_bytes()),
+        protocol_version: single_header(headers, headers::PROTOCOL_VERSION)?,
+        method: single_header(headers, headers::METHOD)?,
+        name: single_header(headers, headers::NAME)?,
     };
     headers::check_request(routing, &request, Some(&meta.protocol_version))
         .map_err(RpcError::protocol)?;
@@ -134,6 +134,19 @@ fn list(
     result.insert("resultType".into(), json!("complete"));
     cache_hint(state).apply(&mut result);
     Ok(result)
+}
+
+/// A routing header's one value. Two values are refused: a proxy that routes on the
+/// other one would read the request differently from this server.
+fn single_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(RpcError::protocol(ErrorObject::header_mismatch(format!(
+            "the {name} header appears more than once"
+        ))));
+    }
+    Ok(first.map(|v| v.as_bytes()))
 }
 
 /// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.

@@ -170,14 +170,27 @@ async fn mcp(
     let limit = state.config().max_body_bytes;
     let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => bytes,
-        Err(_) => {
+        Err(e)
+            if std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) =>
+        {
             return json_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 error_body(
                     None,
                     &ErrorObject::invalid_request(format!(
                         "the request body is larger than the {limit}-byte limit"
-                    )),
+                    ))
+                    .with_data(json!({ "limit": "body_bytes", "max": limit })),
+                ),
+            );
+        }
+        Err(_) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(
+                    None,
+                    &ErrorObject::invalid_request("the request body could not be read in full"),
                 ),
             );
         }

@@ -118,7 +118,9 @@ pub fn check_request(
         }
         (Some(h), Some(m)) if h != m => {
             return Err(ErrorObject::header_mismatch(format!(
-                "MCP-Protocol-Version header value '{h}' does not match body value '{m}'"
+                "MCP-Protocol-Version header value '{}' does not match body value '{}'",
+                clip(h),
+                clip(m)
             )));
         }
         _ => {}
@@ -134,8 +136,9 @@ pub fn check_request(
             let method = decode_value(raw).map_err(|e| bad("Mcp-Method", &e))?;
             if method != request.method {
                 return Err(ErrorObject::header_mismatch(format!(
-                    "Mcp-Method header value '{method}' does not match body value '{}'",
-                    request.method
+                    "Mcp-Method header value '{}' does not match body value '{}'",
+                    clip(&method),
+                    clip(&request.method)
                 )));
             }
         }
@@ -149,7 +152,9 @@ pub fn check_request(
                 Some(body) if body == name => {}
                 Some(body) => {
                     return Err(ErrorObject::header_mismatch(format!(
-                        "Mcp-Name header value '{name}' does not match body value '{body}'"
+                        "Mcp-Name header value '{}' does not match body value '{}'",
+                        clip(&name),
+                        clip(body)
                     )));
                 }
                 // A name header on a method without a name is noise, not an attack.
@@ -166,6 +171,16 @@ pub fn check_request(
         (None, None) => {}
     }
     Ok(())
+}
+
+/// Echoes at most the start of a client-supplied value in an error message.
+fn clip(value: &str) -> String {
+    const MAX: usize = 100;
+    if value.chars().count() <= MAX {
+        value.to_owned()
+    } else {
+        format!("{}…", value.chars().take(MAX).collect::<String>())
+    }
 }
 
 fn bad(header: &str, detail: &str) -> ErrorObject {
