@@ -1,10 +1,14 @@
 //! One integration-test binary for the whole service. Every test gets its own database,
 //! so they run in parallel.
 
+mod auth;
+mod attacks;
 mod benches;
 mod harness;
 mod leases;
 mod processes;
+mod properties;
 mod protocol;
 mod push;
+mod reliability;
 mod smoke;

@@ -104,8 +104,8 @@ impl Store {
 
     /// Creates a task, unless the owner already has `max_in_flight` unfinished tasks, or
     /// the task's idempotency key names an existing task (returned, when the request is
-    /// the same). The count and the insert are one statement: creates racing each other
-    /// may overshoot the limit by the number of them in flight at once.
+    /// the same). With a limit, an owner's creates are serialised on an advisory lock
+    /// (transaction-scoped, so it cannot leak), which keeps the count exact.
     #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
     pub async fn create(
         &self,
@@ -155,6 +155,16 @@ impl Store {
             Some(i) => (Some(i.key.as_str()), Some(i.request_digest.as_str())),
             None => (None, None),
         };
+        let mut tx = self.pool().begin().await?;
+        if max_in_flight.is_some() {
+            // Creates of one owner take turns, so each counts what the previous ones
+            // committed: without this, simultaneous creates all see the same count.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 7242))")
+                .bind(&owner.tenant)
+                .bind(&owner.principal)
+                .execute(&mut *tx)
+                .await?;
+        }
         let row: Option<TaskRow> = sqlx::query_as(sql)
             .bind(&owner.tenant)
             .bind(&owner.principal)
@@ -171,8 +181,9 @@ impl Store {
             .bind(max_in_flight)
             .bind(key)
             .bind(digest)
-            .fetch_optional(self.pool())
+            .fetch_optional(&mut *tx)
             .await?;
+        tx.commit().await?;
         if let Some(row) = row {
             return Ok(Created::New(row.try_into()?));
         }

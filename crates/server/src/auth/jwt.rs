@@ -156,23 +156,28 @@ impl JwtAuth {
             .await
             .and_then(reqwest::Response::error_for_status)
             .map_err(|e| format!("fetching {url}: {e}"))?;
+        let too_large = || format!("the JWK set at {url} is larger than {MAX_JWKS_BYTES} bytes");
         if response
             .content_length()
             .is_some_and(|n| n > MAX_JWKS_BYTES as u64)
         {
-            return Err(format!(
-                "the JWK set at {url} is larger than {MAX_JWKS_BYTES} bytes"
-            ));
+            return Err(too_large());
         }
-        let text = response
-            .text()
+        // Read in pieces, so a server that sends no length cannot make us hold more.
+        let mut response = response;
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| format!("reading {url}: {e}"))?;
-        if text.len() > MAX_JWKS_BYTES {
-            return Err(format!(
-                "the JWK set at {url} is larger than {MAX_JWKS_BYTES} bytes"
-            ));
+            .map_err(|e| format!("reading {url}: {e}"))?
+        {
+            if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
         }
+        let text =
+            String::from_utf8(body).map_err(|_| format!("the JWK set at {url} is not UTF-8"))?;
         let keys = keys_from_jwks(&text)?;
         tracing::info!(%url, keys = keys.len(), "JWK set loaded");
         *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
@@ -284,11 +289,13 @@ impl Authenticator for JwtAuth {
                 .ok_or(AuthError::Missing)?
                 .to_str()
                 .map_err(|_| AuthError::Invalid("malformed Authorization header".into()))?;
-            let (scheme, token) = value
-                .split_once(' ')
-                .ok_or_else(|| AuthError::Invalid("expected \"Bearer <token>\"".into()))?;
+            // Credentials of another scheme are no bearer token at all (RFC 6750 §3.1:
+            // the challenge then carries no error code).
+            let Some((scheme, token)) = value.split_once(' ') else {
+                return Err(AuthError::Missing);
+            };
             if !scheme.eq_ignore_ascii_case("bearer") {
-                return Err(AuthError::Invalid("expected \"Bearer <token>\"".into()));
+                return Err(AuthError::Missing);
             }
             self.verify(token.trim()).await
         })
