@@ -1,8 +1,8 @@
 //! One integration-test binary for the whole service. Every test gets its own database,
 //! so they run in parallel.
 
-mod auth;
 mod attacks;
+mod auth;
 mod benches;
 mod harness;
 mod leases;

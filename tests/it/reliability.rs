@@ -61,16 +61,24 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
     let base = format!("http://{}", replica.addr.expect("addr"));
 
     // Working before the outage, and a long task in flight when it starts.
-    let first = client.call_tool("slow_compute", json!({ "seconds": 0 })).await.expect("create");
+    let first = client
+        .call_tool("slow_compute", json!({ "seconds": 0 }))
+        .await
+        .expect("create");
     client
         .wait_terminal(first["taskId"].as_str().expect("id"), WAIT)
         .await
         .expect("completes");
-    let long = client.call_tool("slow_compute", json!({ "seconds": 4 })).await.expect("create");
+    let long = client
+        .call_tool("slow_compute", json!({ "seconds": 4 }))
+        .await
+        .expect("create");
     let long_id = long["taskId"].as_str().expect("id").to_owned();
     client
         .poll_until(&long_id, WAIT, Duration::from_millis(50), |t| {
-            t["statusMessage"].as_str().is_some_and(|m| m.starts_with("Computing"))
+            t["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Computing"))
         })
         .await
         .expect("the long task runs");
@@ -86,10 +94,13 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
         } else {
             json!({ "taskId": long_id })
         };
-        let reply = tokio::time::timeout(Duration::from_secs(20), client.send(json!(1), method, params))
-            .await
-            .expect("a request blocked while the database was down")
-            .expect("an HTTP answer");
+        let reply = tokio::time::timeout(
+            Duration::from_secs(20),
+            client.send(json!(1), method, params),
+        )
+        .await
+        .expect("a request blocked while the database was down")
+        .expect("an HTTP answer");
         assert_eq!(reply.status, 503, "{method}: {:?}", reply.body);
         assert_eq!(reply.headers["retry-after"], "1");
         assert_eq!(reply.body.as_ref().expect("body")["error"]["code"], -32603);
@@ -108,7 +119,10 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
     })
     .await;
     let after = eventually(WAIT, "tools/call to work again", || async {
-        client.call_tool("slow_compute", json!({ "seconds": 0 })).await.ok()
+        client
+            .call_tool("slow_compute", json!({ "seconds": 0 }))
+            .await
+            .ok()
     })
     .await;
     let done = client
@@ -117,7 +131,10 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
         .expect("the worker runs new tasks again");
     assert_eq!(status_of(&done), "completed");
     // The task in flight during the outage is finished too, and no lease is left behind.
-    let long_done = client.wait_terminal(&long_id, WAIT).await.expect("long task");
+    let long_done = client
+        .wait_terminal(&long_id, WAIT)
+        .await
+        .expect("long task");
     assert_eq!(status_of(&long_done), "completed", "{long_done}");
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE lease_owner IS NOT NULL")
         .fetch_one(store.pool())
@@ -137,14 +154,26 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
     let alice = replica.client("alice");
 
     let args = json!({ "seconds": 1, "label": "report" });
-    let first = alice.call_tool_idempotent("slow_compute", args.clone(), "key-1").await.expect("create");
-    let again = alice.call_tool_idempotent("slow_compute", args.clone(), "key-1").await.expect("retry");
-    assert_eq!(first["taskId"], again["taskId"], "a retry must not create a second task");
+    let first = alice
+        .call_tool_idempotent("slow_compute", args.clone(), "key-1")
+        .await
+        .expect("create");
+    let again = alice
+        .call_tool_idempotent("slow_compute", args.clone(), "key-1")
+        .await
+        .expect("retry");
+    assert_eq!(
+        first["taskId"], again["taskId"],
+        "a retry must not create a second task"
+    );
     assert_eq!(again["resultType"], "task");
 
     // Argument order does not make it another request.
     let reordered = json!({ "label": "report", "seconds": 1 });
-    let third = alice.call_tool_idempotent("slow_compute", reordered, "key-1").await.expect("retry");
+    let third = alice
+        .call_tool_idempotent("slow_compute", reordered, "key-1")
+        .await
+        .expect("retry");
     assert_eq!(third["taskId"], first["taskId"]);
 
     // The same key with another request is refused, and creates nothing.
@@ -152,7 +181,10 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
         ("slow_compute", json!({ "seconds": 2, "label": "report" })),
         ("failing_job", json!({})),
     ] {
-        let err = alice.call_tool_idempotent(tool, args, "key-1").await.expect_err("conflict");
+        let err = alice
+            .call_tool_idempotent(tool, args, "key-1")
+            .await
+            .expect_err("conflict");
         assert_eq!(err.code(), Some(-32602), "{err}");
         assert!(err.to_string().contains("Idempotency-Key"), "{err}");
     }
@@ -175,19 +207,29 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
         .wait_terminal(first["taskId"].as_str().expect("id"), WAIT)
         .await
         .expect("completes");
-    let late = alice.call_tool_idempotent("slow_compute", args.clone(), "key-1").await.expect("late retry");
+    let late = alice
+        .call_tool_idempotent("slow_compute", args.clone(), "key-1")
+        .await
+        .expect("late retry");
     assert_eq!(late["taskId"], first["taskId"]);
     assert_eq!(late["status"], "completed");
 
     // A client without the Tasks extension retrying with a key gets the same result.
     let plain = Client::new(&replica.url, json!({})).header("x-test-principal", "carol");
-    let one = plain.call_tool_idempotent("slow_compute", json!({ "seconds": 0 }), "sync-key").await.expect("sync");
-    let two = plain.call_tool_idempotent("slow_compute", json!({ "seconds": 0 }), "sync-key").await.expect("sync retry");
-    assert_eq!(one["content"], two["content"]);
-    let carol_tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE principal = 'carol'")
-        .fetch_one(db.store.pool())
+    let one = plain
+        .call_tool_idempotent("slow_compute", json!({ "seconds": 0 }), "sync-key")
         .await
-        .expect("count");
+        .expect("sync");
+    let two = plain
+        .call_tool_idempotent("slow_compute", json!({ "seconds": 0 }), "sync-key")
+        .await
+        .expect("sync retry");
+    assert_eq!(one["content"], two["content"]);
+    let carol_tasks: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tasks WHERE principal = 'carol'")
+            .fetch_one(db.store.pool())
+            .await
+            .expect("count");
     assert_eq!(carol_tasks, 1);
 
     // Malformed keys are refused before anything happens.
@@ -305,7 +347,12 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
     // the tool.
     let mut load = Vec::new();
     for n in 0..4 {
-        let (balancer, tally, stop, created) = (balancer.clone(), tally.clone(), stop.clone(), created.clone());
+        let (balancer, tally, stop, created) = (
+            balancer.clone(),
+            tally.clone(),
+            stop.clone(),
+            created.clone(),
+        );
         load.push(tokio::spawn(async move {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -313,7 +360,12 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
                 if n == 0 {
                     let plain = Client::new(&url, json!({}));
                     if let Some(result) = tally
-                        .record("sync call", plain.call_tool("slow_compute", json!({ "seconds": 1 })).await)
+                        .record(
+                            "sync call",
+                            plain
+                                .call_tool("slow_compute", json!({ "seconds": 1 }))
+                                .await,
+                        )
                         .await
                     {
                         assert_eq!(result["resultType"], "complete", "{result}");
@@ -322,7 +374,12 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
                     let client = Client::with_tasks(&url);
                     let seconds = i % 3;
                     if let Some(task) = tally
-                        .record("create", client.call_tool("slow_compute", json!({ "seconds": seconds })).await)
+                        .record(
+                            "create",
+                            client
+                                .call_tool("slow_compute", json!({ "seconds": seconds }))
+                                .await,
+                        )
                         .await
                     {
                         let id = task["taskId"].as_str().expect("id").to_owned();
@@ -348,7 +405,10 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
         // As a load balancer does: let requests already routed there arrive before the
         // replica stops accepting connections.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(old.terminate(Duration::from_secs(30)).await, "a replica did not exit cleanly on SIGTERM");
+        assert!(
+            old.terminate(Duration::from_secs(30)).await,
+            "a replica did not exit cleanly on SIGTERM"
+        );
         let new = Proc::serve(&db.url, "conformance", &env).await;
         balancer.add(new.url()).await;
         replicas.insert(i, new);
@@ -356,7 +416,10 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
     }
     for i in 0..workers.len() {
         let old = workers.remove(i);
-        assert!(old.terminate(Duration::from_secs(30)).await, "a worker did not exit cleanly on SIGTERM");
+        assert!(
+            old.terminate(Duration::from_secs(30)).await,
+            "a worker did not exit cleanly on SIGTERM"
+        );
         workers.insert(i, Proc::worker(&db.url, "conformance", &env));
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
@@ -374,13 +437,22 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
     {
         last = frame;
     }
-    assert_eq!(last["id"], "rolling", "the last frame must be the listen result: {last}");
+    assert_eq!(
+        last["id"], "rolling",
+        "the last frame must be the listen result: {last}"
+    );
     assert_eq!(last["result"]["resultType"], "complete");
 
     // Every request got an answer, and every task completes.
     let failures = tally.failures.lock().await.clone();
-    assert!(failures.is_empty(), "requests without an answer: {failures:#?}");
-    assert!(tally.requests.load(Ordering::Relaxed) > 20, "too little load to mean anything");
+    assert!(
+        failures.is_empty(),
+        "requests without an answer: {failures:#?}"
+    );
+    assert!(
+        tally.requests.load(Ordering::Relaxed) > 20,
+        "too little load to mean anything"
+    );
     let created = created.lock().await.clone();
     assert!(!created.is_empty());
     let checker = Client::with_tasks(replicas[0].url());
@@ -389,7 +461,10 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
         assert!(is_terminal(&task));
         assert_eq!(status_of(&task), *expected, "{task}");
     }
-    checker.cancel_task(&long_id).await.expect("cancel the long task");
+    checker
+        .cancel_task(&long_id)
+        .await
+        .expect("cancel the long task");
     let held: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM tasks WHERE lease_owner IS NOT NULL AND status <> 'working'",
     )

@@ -89,6 +89,32 @@ enum Command {
     /// Benchmarks; each prints its figures next to a baseline measured in the same run.
     #[command(subcommand)]
     Bench(Bench),
+    /// Chaos harness: real replicas, workers and a throwaway PostgreSQL on loopback, killed
+    /// and restarted at random while tasks run; checks that no task is lost, finalized
+    /// twice or overwritten, and measures how long a dead worker's task waits.
+    Chaos {
+        /// Task scripts to drive (quick, slow, answered input, cancelled).
+        #[arg(long, default_value_t = 100)]
+        tasks: usize,
+        /// Replica processes.
+        #[arg(long, default_value_t = 2)]
+        replicas: usize,
+        /// Worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Seconds of chaos; the scripts' starts are spread over it.
+        #[arg(long, default_value_t = 45)]
+        duration: u64,
+        /// Scripts driven at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Seed of every random choice (default: random; printed, to replay a run).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// The workers' lease (ms).
+        #[arg(long, default_value_t = 2000)]
+        lease_ms: u64,
+    },
     /// Run the lessons' demo sequence against a server with the `demo` tool pack.
     Demo {
         /// The server's MCP endpoint.
@@ -578,6 +604,27 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 rounds,
             };
             mcp_tasks_bench::notify_cost::run(&config, &mut std::io::stdout()).await
+        }
+        Command::Chaos {
+            tasks,
+            replicas,
+            workers,
+            duration,
+            concurrency,
+            seed,
+            lease_ms,
+        } => {
+            let config = mcp_tasks_chaos::Config {
+                binary: std::env::current_exe().context("locating this executable")?,
+                tasks,
+                replicas,
+                workers,
+                duration: Duration::from_secs(duration),
+                concurrency,
+                seed,
+                lease_ms,
+            };
+            mcp_tasks_chaos::run(&config, shutdown).await
         }
         Command::Demo { url } => {
             let mut out = std::io::stdout();

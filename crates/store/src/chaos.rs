@@ -21,6 +21,32 @@ pub struct Audit {
     pub claims: i64,
 }
 
+/// One row of the audit trail: `finished` (with the status entered), `left_terminal`,
+/// `result_overwritten`, or `claimed` (with the new lease token and owner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    pub id: TaskId,
+    pub event: String,
+    pub status: Option<String>,
+    pub lease_token: Option<i64>,
+    pub lease_owner: Option<String>,
+    /// The owner of a lease this event took over without it being given back (a
+    /// reclaim, or a finish after the lease lapsed): that owner's run was lost.
+    pub lapsed_owner: Option<String>,
+    pub at: OffsetDateTime,
+}
+
+#[derive(sqlx::FromRow)]
+struct AuditRow {
+    id: Uuid,
+    event: String,
+    status: Option<String>,
+    lease_token: Option<i64>,
+    lease_owner: Option<String>,
+    lapsed_owner: Option<String>,
+    at: OffsetDateTime,
+}
+
 impl Store {
     /// Installs the audit trigger. Only ever in a database made for the harness.
     pub async fn chaos_install_audit(&self) -> Result<()> {
@@ -32,12 +58,17 @@ impl Store {
                 status text,
                 lease_token bigint,
                 lease_owner text,
+                -- Set when the event took over from a lease that was never given back:
+                -- a reclaim, or a finish after the lease lapsed. Its run was lost.
+                lapsed_owner text,
                 at timestamptz NOT NULL DEFAULT clock_timestamp()
             )",
             r"CREATE OR REPLACE FUNCTION chaos_audit_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 IF NEW.status IN ('completed', 'failed', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status THEN
-                    INSERT INTO chaos_audit (id, event, status) VALUES (NEW.id, 'finished', NEW.status);
+                    INSERT INTO chaos_audit (id, event, status, lapsed_owner)
+                    VALUES (NEW.id, 'finished', NEW.status,
+                            CASE WHEN OLD.lease_expires_at <= now() THEN OLD.lease_owner END);
                 END IF;
                 IF OLD.status IN ('completed', 'failed', 'cancelled') AND NEW.status IS DISTINCT FROM OLD.status THEN
                     INSERT INTO chaos_audit (id, event, status) VALUES (NEW.id, 'left_terminal', NEW.status);
@@ -46,8 +77,8 @@ impl Store {
                     INSERT INTO chaos_audit (id, event) VALUES (NEW.id, 'result_overwritten');
                 END IF;
                 IF NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN
-                    INSERT INTO chaos_audit (id, event, lease_token, lease_owner)
-                    VALUES (NEW.id, 'claimed', NEW.lease_token, NEW.lease_owner);
+                    INSERT INTO chaos_audit (id, event, lease_token, lease_owner, lapsed_owner)
+                    VALUES (NEW.id, 'claimed', NEW.lease_token, NEW.lease_owner, OLD.lease_owner);
                 END IF;
                 RETURN NULL;
             END $$",
@@ -121,6 +152,39 @@ impl Store {
         .bind(token)
         .fetch_one(self.pool())
         .await?)
+    }
+
+    /// Every task in the database, with its status.
+    pub async fn chaos_tasks(&self) -> Result<Vec<(TaskId, String)>> {
+        let rows: Vec<(Uuid, String)> = sqlx::query_as("SELECT id, status FROM tasks")
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, status)| (TaskId(id), status))
+            .collect())
+    }
+
+    /// The whole audit trail, in the order it was written.
+    pub async fn chaos_events(&self) -> Result<Vec<AuditEvent>> {
+        let rows: Vec<AuditRow> = sqlx::query_as(
+            "SELECT id, event, status, lease_token, lease_owner, lapsed_owner, at
+             FROM chaos_audit ORDER BY seq",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEvent {
+                id: TaskId(r.id),
+                event: r.event,
+                status: r.status,
+                lease_token: r.lease_token,
+                lease_owner: r.lease_owner,
+                lapsed_owner: r.lapsed_owner,
+                at: r.at,
+            })
+            .collect())
     }
 
     /// Ends every LISTEN connection of the database, as a network blip or a failover would.

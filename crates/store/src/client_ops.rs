@@ -106,7 +106,7 @@ impl Store {
     /// the task's idempotency key names an existing task (returned, when the request is
     /// the same). With a limit, an owner's creates are serialised on an advisory lock
     /// (transaction-scoped, so it cannot leak), which keeps the count exact.
-    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err)]
+    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err(level = "debug"))]
     pub async fn create(
         &self,
         owner: &Owner,
@@ -208,7 +208,7 @@ impl Store {
         })
     }
 
-    #[tracing::instrument(name = "db.task.get", skip_all, err)]
+    #[tracing::instrument(name = "db.task.get", skip_all, err(level = "debug"))]
     pub async fn get_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskRecord>> {
         let row: Option<TaskRow> =
             sqlx::query_as("SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3")
@@ -272,7 +272,7 @@ impl Store {
     ///
     /// `validate(key, request, response)` checks one answer against its request. Keys that
     /// are not outstanding are ignored without being validated.
-    #[tracing::instrument(name = "db.task.update_inputs", skip_all, err)]
+    #[tracing::instrument(name = "db.task.update_inputs", skip_all, err(level = "debug"))]
     pub async fn update_inputs(
         &self,
         owner: &Owner,
@@ -336,7 +336,7 @@ impl Store {
 
     /// Cooperative cancellation: a task no worker holds is cancelled at once; a held one
     /// is flagged and its worker told. Finished tasks are left as they are.
-    #[tracing::instrument(name = "db.task.cancel", skip_all, err)]
+    #[tracing::instrument(name = "db.task.cancel", skip_all, err(level = "debug"))]
     pub async fn cancel_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<CancelOutcome>> {
         let mut tx = self.pool().begin().await?;
         let task = match self.lock_task(&mut tx, owner, id).await? {

@@ -81,7 +81,7 @@ impl Store {
     /// Claims up to `limit` runnable tasks in one statement. Tasks whose previous lease
     /// lapsed are reclaimed here too; those with no attempts left are not (see
     /// [`Store::rescue_lapsed`]).
-    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err)]
+    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
     pub async fn claim(&self, worker: &str, limit: i64, lease_ms: i64) -> Result<Vec<Claimed>> {
         let rows: Vec<ClaimedRow> = sqlx::query_as(
             r"
@@ -134,7 +134,7 @@ impl Store {
 
     /// Finishes runnable tasks that must not run again: cancellation was requested
     /// (cancelled), or their lease lapsed with every attempt used (failed, worker lost).
-    #[tracing::instrument(name = "db.lease.rescue", skip_all, err)]
+    #[tracing::instrument(name = "db.lease.rescue", skip_all, err(level = "debug"))]
     pub async fn rescue_lapsed(&self, limit: i64) -> Result<RescueReport> {
         let statuses: Vec<String> = sqlx::query_scalar(concat!(
             r"
@@ -179,7 +179,7 @@ impl Store {
 
     /// Extends every lease in `leases` that is still held, in one statement. Leases not
     /// in the reply are lost.
-    #[tracing::instrument(name = "db.lease.heartbeat", skip_all, fields(leases = leases.len()), err)]
+    #[tracing::instrument(name = "db.lease.heartbeat", skip_all, fields(leases = leases.len()), err(level = "debug"))]
     pub async fn heartbeat(&self, leases: &[Lease], lease_ms: i64) -> Result<Vec<HeartbeatReply>> {
         if leases.is_empty() {
             return Ok(Vec::new());
@@ -216,7 +216,7 @@ impl Store {
     }
 
     /// Sets the status message a client sees. False when the lease is gone.
-    #[tracing::instrument(name = "db.lease.status_message", skip_all, err)]
+    #[tracing::instrument(name = "db.lease.status_message", skip_all, err(level = "debug"))]
     pub async fn set_status_message(&self, lease: &Lease, message: &str) -> Result<bool> {
         let done = sqlx::query(concat!(
             "UPDATE tasks SET status_message = $5, updated_at = now(), version = version + 1
@@ -239,7 +239,7 @@ impl Store {
     }
 
     /// Saves the handler's checkpoint, which the next run of this task receives.
-    #[tracing::instrument(name = "db.lease.checkpoint", skip_all, err)]
+    #[tracing::instrument(name = "db.lease.checkpoint", skip_all, err(level = "debug"))]
     pub async fn save_checkpoint(&self, lease: &Lease, checkpoint: &Value) -> Result<bool> {
         let done = sqlx::query(concat!(
             "UPDATE tasks SET checkpoint = $5 WHERE ",
@@ -291,7 +291,7 @@ impl Store {
 
     /// Records how the run ended, exactly once: false when the lease is gone, in which
     /// case nothing was written.
-    #[tracing::instrument(name = "db.lease.finish", skip_all, err)]
+    #[tracing::instrument(name = "db.lease.finish", skip_all, err(level = "debug"))]
     pub async fn finish(
         &self,
         lease: &Lease,
@@ -333,7 +333,7 @@ impl Store {
     }
 
     /// Parks the task until its new input requests are answered, releasing the lease.
-    #[tracing::instrument(name = "db.lease.request_input", skip_all, err)]
+    #[tracing::instrument(name = "db.lease.request_input", skip_all, err(level = "debug"))]
     pub async fn request_input(
         &self,
         lease: &Lease,
@@ -395,7 +395,7 @@ impl Store {
     /// Gives a task back unfinished (worker shutdown), so another worker can start it at
     /// once. The interrupted run does not count as an attempt. A task whose cancellation
     /// was requested meanwhile is finished as cancelled instead of being run again.
-    #[tracing::instrument(name = "db.lease.release", skip_all, err)]
+    #[tracing::instrument(name = "db.lease.release", skip_all, err(level = "debug"))]
     pub async fn release(&self, lease: &Lease) -> Result<bool> {
         if self.finish_if_cancel_requested(lease).await? {
             return Ok(true);

@@ -92,7 +92,8 @@ impl StoreError {
             // Connection exceptions (08), too many connections (53300), and the server
             // shutting down, restarting or not accepting yet (57P01..57P03).
             Self::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
-                code.starts_with("08") || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+                code.starts_with("08")
+                    || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
             }),
             _ => false,
         }
@@ -156,7 +157,7 @@ impl Store {
     /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock for the whole
     /// run, so several replicas may call this at once: one migrates, the others wait and
     /// then find nothing to do.
-    #[tracing::instrument(name = "db.migrate", skip_all, err)]
+    #[tracing::instrument(name = "db.migrate", skip_all, err(level = "debug"))]
     pub async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())

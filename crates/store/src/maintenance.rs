@@ -17,7 +17,7 @@ pub struct MaintenanceReport {
 impl Store {
     /// Fails live tasks whose ttlMs (counted from creation) has passed. A worker holding
     /// one loses its lease at the same moment, because its writes require `working`.
-    #[tracing::instrument(name = "db.maintenance.expire", skip_all, err)]
+    #[tracing::instrument(name = "db.maintenance.expire", skip_all, err(level = "debug"))]
     pub async fn expire_overdue(&self, limit: i64) -> Result<u64> {
         let done = sqlx::query(concat!(
             r#"
@@ -47,7 +47,7 @@ impl Store {
 
     /// Deletes finished tasks whose ttlMs has passed, leaving a tombstone so their owner
     /// is told "expired" rather than "not found".
-    #[tracing::instrument(name = "db.maintenance.purge", skip_all, err)]
+    #[tracing::instrument(name = "db.maintenance.purge", skip_all, err(level = "debug"))]
     pub async fn purge_expired(&self, limit: i64) -> Result<u64> {
         let done = sqlx::query(
             r"
@@ -75,7 +75,11 @@ impl Store {
     }
 
     /// Forgets tombstones older than `keep_ms`.
-    #[tracing::instrument(name = "db.maintenance.purge_tombstones", skip_all, err)]
+    #[tracing::instrument(
+        name = "db.maintenance.purge_tombstones",
+        skip_all,
+        err(level = "debug")
+    )]
     pub async fn purge_tombstones(&self, keep_ms: i64, limit: i64) -> Result<u64> {
         let done = sqlx::query(
             r"

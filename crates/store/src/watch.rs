@@ -18,7 +18,7 @@ impl Store {
     /// Marks these tasks watched for `ttl_ms`: changes to them NOTIFY `mcp_tasks_changed`
     /// until the mark lapses. Marks with more than half their time left are not rewritten,
     /// so frequent refreshes cost few writes.
-    #[tracing::instrument(name = "db.watch.mark", skip_all, fields(tasks = tasks.len()), err)]
+    #[tracing::instrument(name = "db.watch.mark", skip_all, fields(tasks = tasks.len()), err(level = "debug"))]
     pub async fn watch(&self, tasks: &[(Owner, TaskId)], ttl_ms: i64) -> Result<()> {
         if tasks.is_empty() {
             return Ok(());
@@ -52,7 +52,7 @@ impl Store {
 
     /// Reads many tasks in one statement, each only for its own owner. Missing ones are
     /// simply absent from the result.
-    #[tracing::instrument(name = "db.task.get_many", skip_all, fields(tasks = tasks.len()), err)]
+    #[tracing::instrument(name = "db.task.get_many", skip_all, fields(tasks = tasks.len()), err(level = "debug"))]
     pub async fn get_tasks(&self, tasks: &[(Owner, TaskId)]) -> Result<Vec<TaskRecord>> {
         if tasks.is_empty() {
             return Ok(Vec::new());

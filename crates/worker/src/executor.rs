@@ -26,7 +26,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
     let lease = claimed.lease.clone();
     let cancel = CancellationToken::new();
     let reason = Arc::new(Mutex::new(None));
-    shared
+    let earlier = shared
         .running
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -39,6 +39,12 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
                 abort: None,
             },
         );
+    if let Some(earlier) = earlier {
+        // This worker reclaimed its own task, whose earlier lease lapsed (a database
+        // outage outlasted it): that run can no longer write, so stop it.
+        tracing::warn!(task = %lease.id, "reclaimed a task this worker was still running; stopping the older run");
+        earlier.stop(StopReason::LeaseLost);
+    }
     let span = tracing::info_span!(
         "task.run",
         task = %lease.id,
@@ -50,11 +56,15 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
     let handle = shared.tracker.spawn(
         async move {
             run(&shared2, claimed, cancel, reason).await;
-            shared2
-                .running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&lease.id);
+            let mut running = shared2.running.lock().unwrap_or_else(|e| e.into_inner());
+            // Only this run's entry: a newer lease of the same task may have replaced it.
+            if running
+                .get(&lease.id)
+                .is_some_and(|r| r.lease.token == lease.token)
+            {
+                running.remove(&lease.id);
+            }
+            drop(running);
             drop(permit);
             // A slot is free again.
             shared2.wake.notify_one();
@@ -66,6 +76,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_mut(&lease.id)
+        .filter(|r| r.lease.token == lease.token)
     {
         run.abort = Some(handle.abort_handle());
     }

@@ -129,14 +129,17 @@ struct Shared {
 }
 
 impl Shared {
-    fn stop_task(&self, id: TaskId, reason: StopReason) -> bool {
+    /// Stops the run of task `id`; with a `token`, only the run under that lease (after
+    /// a database outage a worker may reclaim its own lapsed task, and the news about the
+    /// old lease must not stop the new run).
+    fn stop_task(&self, id: TaskId, token: Option<i64>, reason: StopReason) -> bool {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         match running.get(&id) {
-            Some(r) => {
+            Some(r) if token.is_none_or(|t| t == r.lease.token) => {
                 r.stop(reason);
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
@@ -232,7 +235,7 @@ pub async fn run(
             "grace period over: releasing unfinished tasks to other workers"
         );
         for id in ids {
-            shared.stop_task(id, StopReason::Shutdown);
+            shared.stop_task(id, None, StopReason::Shutdown);
         }
         shared.tracker.wait().await;
     }

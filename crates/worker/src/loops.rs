@@ -1,6 +1,6 @@
 //! The worker's long-running loops.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,15 +90,17 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
             Ok(replies) => {
                 valid_until = started + config.lease;
                 let alive: HashSet<TaskId> = replies.iter().map(|r| r.id).collect();
+                let tokens: HashMap<TaskId, i64> = leases.iter().map(|l| (l.id, l.token)).collect();
                 for lease in &leases {
                     if !alive.contains(&lease.id)
-                        && shared.stop_task(lease.id, StopReason::LeaseLost)
+                        && shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost)
                     {
                         tracing::warn!(task = %lease.id, "lease lost; stopping the run");
                     }
                 }
                 for reply in replies.iter().filter(|r| r.cancel_requested) {
-                    if shared.stop_task(reply.id, StopReason::CancelRequested) {
+                    let token = tokens.get(&reply.id).copied();
+                    if shared.stop_task(reply.id, token, StopReason::CancelRequested) {
                         tracing::info!(task = %reply.id, "cancellation requested; stopping the run");
                     }
                 }
@@ -109,7 +111,7 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     // Our leases have lapsed: others may run these tasks now, and our
                     // writes would be refused anyway. Stop wasting work on them.
                     for lease in &leases {
-                        shared.stop_task(lease.id, StopReason::LeaseLost);
+                        shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost);
                     }
                 }
             }
@@ -149,7 +151,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
             match next {
                 Ok(Some(n)) if n.channel() == notify::CANCEL => {
                     if let Some(id) = uuid::Uuid::try_parse(n.payload()).ok().map(TaskId)
-                        && shared.stop_task(id, StopReason::CancelRequested)
+                        && shared.stop_task(id, None, StopReason::CancelRequested)
                     {
                         tracing::info!(task = %id, "cancellation requested (notified); stopping the run");
                     }
