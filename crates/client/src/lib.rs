@@ -300,7 +300,18 @@ impl Client {
     ) -> Result<Value, ClientError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let task = self.get_task(task_id).await?;
+            let task = match self.get_task(task_id).await {
+                Ok(task) => task,
+                // Told to slow down, or that the server is briefly unavailable: wait as
+                // asked and poll again.
+                Err(ClientError::Rpc {
+                    status: 429 | 503, ..
+                }) if tokio::time::Instant::now() + Duration::from_secs(1) < deadline => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if done(&task) {
                 return Ok(task);
             }
