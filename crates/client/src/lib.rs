@@ -53,6 +53,28 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// Reads a whole response (202 has no body).
+    pub async fn read(response: reqwest::Response) -> Result<Self, ClientError> {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await?;
+        let body = if text.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
+                    status,
+                    body: text.chars().take(500).collect(),
+                })?,
+            )
+        };
+        Ok(Self {
+            status,
+            headers,
+            body,
+        })
+    }
+
     /// The `result`, or the error as a [`ClientError`].
     pub fn into_result(self) -> Result<Value, ClientError> {
         let Some(mut body) = self.body else {
@@ -163,24 +185,7 @@ impl Client {
             .timeout(Duration::from_secs(120))
             .send()
             .await?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await?;
-        let body = if text.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
-                    status,
-                    body: text.chars().take(500).collect(),
-                })?,
-            )
-        };
-        Ok(Exchange {
-            status,
-            headers,
-            body,
-        })
+        Exchange::read(response).await
     }
 
     /// `tools/call` with an `Idempotency-Key`: retrying it after a lost response returns
@@ -202,19 +207,7 @@ impl Client {
             .timeout(Duration::from_secs(120))
             .send()
             .await?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await?;
-        let body = serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
-            status,
-            body: text.chars().take(500).collect(),
-        })?;
-        Exchange {
-            status,
-            headers,
-            body: Some(body),
-        }
-        .into_result()
+        Exchange::read(response).await?.into_result()
     }
 
     /// A POST of one request, with its `_meta` and routing headers.

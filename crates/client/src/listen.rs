@@ -45,19 +45,7 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !is_stream {
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let text = response.text().await?;
-            let body = serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
-                status,
-                body: text.chars().take(500).collect(),
-            })?;
-            let result = Exchange {
-                status,
-                headers,
-                body: Some(body),
-            }
-            .into_result()?;
+            let result = Exchange::read(response).await?.into_result()?;
             return Err(ClientError::Unexpected(format!(
                 "subscriptions/listen answered JSON instead of a stream: {result}"
             )));

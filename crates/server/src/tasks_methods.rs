@@ -51,36 +51,7 @@ pub(crate) async fn handle(
                     ));
                 }
             };
-            let outcome = found(
-                store
-                    .update_inputs(owner, id, responses, |_key, request, response| {
-                        validate_input_response(request, response)
-                    })
-                    .await?,
-            )?;
-            match outcome {
-                Ok(UpdateOutcome::Applied { keys, resumed }) => {
-                    if resumed {
-                        state.wake_workers();
-                    }
-                    tracing::info!(task = %id, answered = keys.len(), resumed, "input applied");
-                }
-                Ok(UpdateOutcome::Ignored) => {
-                    tracing::debug!(task = %id, "no outstanding key answered; update ignored");
-                }
-                Err(invalid) => {
-                    return Err(RpcError::method(
-                        ErrorObject::new(
-                            codes::INVALID_PARAMS,
-                            format!(
-                                "Invalid input response for {:?}: {}",
-                                invalid.key, invalid.reason
-                            ),
-                        )
-                        .with_data(json!({ "key": invalid.key })),
-                    ));
-                }
-            }
+            apply_answers(state, owner, id, responses).await?;
             Ok(ack())
         }
         "tasks/cancel" => {
@@ -93,6 +64,49 @@ pub(crate) async fn handle(
         }
         _ => Err(RpcError::protocol(ErrorObject::method_not_found(method))),
     }
+}
+
+/// Applies answers to a task's outstanding input requests (before returning, so the next
+/// `tasks/get` shows them), and wakes the workers when nothing is left outstanding.
+pub(crate) async fn apply_answers(
+    state: &AppState,
+    owner: &Owner,
+    id: TaskId,
+    responses: &Map<String, Value>,
+) -> Result<(), RpcError> {
+    let outcome = found(
+        state
+            .store()
+            .update_inputs(owner, id, responses, |_key, request, response| {
+                validate_input_response(request, response)
+            })
+            .await?,
+    )?;
+    match outcome {
+        Ok(UpdateOutcome::Applied { keys, resumed }) => {
+            if resumed {
+                state.wake_workers();
+            }
+            tracing::info!(task = %id, answered = keys.len(), resumed, "input applied");
+            Ok(())
+        }
+        Ok(UpdateOutcome::Ignored) => {
+            tracing::debug!(task = %id, "no outstanding key answered; update ignored");
+            Ok(())
+        }
+        Err(invalid) => Err(invalid_answer(&invalid.key, &invalid.reason)),
+    }
+}
+
+/// An answer that does not fit the request it answers.
+pub(crate) fn invalid_answer(key: &str, reason: &str) -> RpcError {
+    RpcError::method(
+        ErrorObject::new(
+            codes::INVALID_PARAMS,
+            format!("Invalid input response for {key:?}: {reason}"),
+        )
+        .with_data(json!({ "key": key })),
+    )
 }
 
 fn ack() -> Map<String, Value> {

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, UpdateOutcome};
+use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId};
 use mcp_tasks_tools::{
     ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError, validate_input_response,
 };
@@ -22,7 +22,7 @@ use crate::dispatch::{refuse_larger, refuse_nul, string_param};
 use crate::error::RpcError;
 use crate::push::hub::Snapshot;
 use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
-use crate::tasks_methods::{found, parse_task_id};
+use crate::tasks_methods::{apply_answers, invalid_answer, parse_task_id};
 
 pub(crate) async fn call(
     state: &AppState,
@@ -217,15 +217,8 @@ fn earlier_round(
                 let Some(request) = pending.get(&key) else {
                     continue;
                 };
-                validate_input_response(request, &response).map_err(|reason| {
-                    RpcError::method(
-                        ErrorObject::new(
-                            codes::INVALID_PARAMS,
-                            format!("Invalid input response for {key:?}: {reason}"),
-                        )
-                        .with_data(json!({ "key": key })),
-                    )
-                })?;
+                validate_input_response(request, &response)
+                    .map_err(|reason| invalid_answer(&key, &reason))?;
                 answers.insert(key, response);
             }
             Ok(Round::Pre(answers))
@@ -379,33 +372,7 @@ async fn apply_answers_to_task(
             ));
         }
     };
-    let outcome = found(
-        state
-            .store()
-            .update_inputs(owner, id, responses, |_k, request, response| {
-                validate_input_response(request, response)
-            })
-            .await?,
-    )?;
-    match outcome {
-        Ok(UpdateOutcome::Applied { resumed, .. }) => {
-            if resumed {
-                state.wake_workers();
-            }
-            Ok(())
-        }
-        Ok(UpdateOutcome::Ignored) => Ok(()),
-        Err(invalid) => Err(RpcError::method(
-            ErrorObject::new(
-                codes::INVALID_PARAMS,
-                format!(
-                    "Invalid input response for {:?}: {}",
-                    invalid.key, invalid.reason
-                ),
-            )
-            .with_data(json!({ "key": invalid.key })),
-        )),
-    }
+    apply_answers(state, owner, id, responses).await
 }
 
 /// Cancels the task if the wait is abandoned (the client went away, or gave up) before

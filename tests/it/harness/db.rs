@@ -9,6 +9,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use mcp_tasks_store::bench::with_database;
 use mcp_tasks_store::{PoolConfig, Store};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -68,23 +69,6 @@ fn start_container() -> String {
         std::mem::forget(container);
         format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres")
     })
-}
-
-fn with_database(url: &str, db: &str) -> String {
-    // Replace the path component of postgres://user@host:port/dbname?params.
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| i + scheme_end);
-    let mut out = format!("{}/{db}", &base[..path_start]);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
 
 impl TestDb {
@@ -156,17 +140,4 @@ impl Drop for TestDb {
         })
         .join();
     }
-}
-
-#[test]
-fn database_urls_are_rewritten() {
-    assert_eq!(
-        with_database("postgres://u@h:5/postgres", "x"),
-        "postgres://u@h:5/x"
-    );
-    assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-    assert_eq!(
-        with_database("postgres://u@h/db?sslmode=disable", "x"),
-        "postgres://u@h/x?sslmode=disable"
-    );
 }
