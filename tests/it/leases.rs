@@ -1596,57 +1596,10 @@ async fn cross_owner_isolation() {
 // 7. Migrations from several replicas at once
 // ---------------------------------------------------------------------------------------
 
-/// Drops a database created by hand when the test ends.
-struct ScratchDatabase {
-    via_url: String,
-    name: String,
-}
-
-impl Drop for ScratchDatabase {
-    fn drop(&mut self) {
-        let (url, name) = (self.via_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                use sqlx::Connection;
-                if let Ok(mut c) = sqlx::PgConnection::connect(&url).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut c)
-                    .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_migrations() {
-    let db = TestDb::new().await;
-    let current: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(db.store.pool())
-        .await
-        .expect("current_database");
-    let name = format!("{current}_mig");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(db.store.pool())
-        .await
-        .expect("CREATE DATABASE");
-    let _scratch = ScratchDatabase {
-        via_url: db.url.clone(),
-        name: name.clone(),
-    };
-    let url = db
-        .url
-        .replacen(&format!("/{current}"), &format!("/{name}"), 1);
-    assert_ne!(url, db.url);
+    let db = TestDb::empty().await;
+    let url = db.url.clone();
 
     let mut stores = Vec::new();
     for _ in 0..4 {

@@ -544,36 +544,6 @@ async fn partial_update_with_two_keys_and_reused_key_is_ignored() {
     assert_eq!(get(&client, &id).await, done);
 }
 
-/// A database created for one test and dropped (forcibly) when it ends, even on panic.
-struct ScratchDb {
-    admin_url: String,
-    name: String,
-}
-
-impl Drop for ScratchDb {
-    fn drop(&mut self) {
-        let (url, name) = (self.admin_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(mut c) = sqlx::PgConnection::connect(&url).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut c)
-                    .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 async fn migrate_process(url: &str) -> std::process::Output {
     let run = tokio::process::Command::new(BIN)
         .arg("migrate")
@@ -600,24 +570,8 @@ fn check_exit(out: &std::process::Output, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_subcommand_is_idempotent_and_concurrent() {
-    let db = TestDb::new().await;
-    let mut admin = db.sql().await;
-    let current: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut admin)
-        .await
-        .expect("current_database()");
-    let name = format!("mcp_tasks_migrate_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await
-        .expect("CREATE DATABASE");
-    let _scratch = ScratchDb {
-        admin_url: db.url.clone(),
-        name: name.clone(),
-    };
-    let from = format!("/{current}");
-    assert!(db.url.contains(&from), "{} names {current}", db.url);
-    let url = db.url.replacen(&from, &format!("/{name}"), 1);
+    let db = TestDb::empty().await;
+    let url = db.url.clone();
 
     let (a, b, c) = tokio::join!(
         migrate_process(&url),

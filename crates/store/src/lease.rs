@@ -3,6 +3,8 @@
 
 use mcp_tasks_wire::ErrorObject;
 use serde_json::{Map, Value};
+use sqlx::Postgres;
+use sqlx::postgres::PgArguments;
 
 use crate::client_ops::finish_columns;
 use crate::record::TaskRow;
@@ -14,6 +16,38 @@ macro_rules! fenced {
         "tenant = $1 AND principal = $2 AND id = $3 AND lease_token = $4
          AND status = 'working' AND lease_expires_at > now()"
     };
+}
+
+/// Binds `$1..$4` of a [`fenced!`] statement: the lease's owner, task and token.
+trait BindLease<'q>: Sized {
+    fn bind_lease(self, lease: &'q Lease) -> Self;
+}
+
+macro_rules! impl_bind_lease {
+    ($($ty:ty),*) => {$(
+        impl<'q, O> BindLease<'q> for $ty {
+            fn bind_lease(self, lease: &'q Lease) -> Self {
+                self.bind(&lease.owner.tenant)
+                    .bind(&lease.owner.principal)
+                    .bind(lease.id.0)
+                    .bind(lease.token)
+            }
+        }
+    )*};
+}
+
+impl_bind_lease!(
+    sqlx::query::QueryAs<'q, Postgres, O, PgArguments>,
+    sqlx::query::QueryScalar<'q, Postgres, O, PgArguments>
+);
+
+impl<'q> BindLease<'q> for sqlx::query::Query<'q, Postgres, PgArguments> {
+    fn bind_lease(self, lease: &'q Lease) -> Self {
+        self.bind(&lease.owner.tenant)
+            .bind(&lease.owner.principal)
+            .bind(lease.id.0)
+            .bind(lease.token)
+    }
 }
 
 /// A worker's hold on one task. The token is bumped by every claim, so a lease that was
@@ -224,10 +258,7 @@ impl Store {
             fenced!(),
             " AND status_message IS DISTINCT FROM $5"
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .bind(message)
         .execute(self.pool())
         .await?;
@@ -245,10 +276,7 @@ impl Store {
             "UPDATE tasks SET checkpoint = $5 WHERE ",
             fenced!()
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .bind(checkpoint)
         .execute(self.pool())
         .await?;
@@ -267,10 +295,7 @@ impl Store {
             fenced!(),
             " AND cancel_requested_at IS NOT NULL"
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
@@ -280,10 +305,7 @@ impl Store {
     pub async fn holds(&self, lease: &Lease) -> Result<bool> {
         let held: Option<bool> =
             sqlx::query_scalar(concat!("SELECT true FROM tasks WHERE ", fenced!()))
-                .bind(&lease.owner.tenant)
-                .bind(&lease.owner.principal)
-                .bind(lease.id.0)
-                .bind(lease.token)
+                .bind_lease(lease)
                 .fetch_optional(self.pool())
                 .await?;
         Ok(held.is_some())
@@ -319,10 +341,7 @@ impl Store {
              WHERE ",
             fenced!()
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .bind(status)
         .bind(result)
         .bind(error)
@@ -359,10 +378,7 @@ impl Store {
             fenced!(),
             " AND cancel_requested_at IS NULL AND NOT (issued_keys && $6::text[])"
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .bind(Value::Object(requests.clone()))
         .bind(&keys)
         .bind(status_message)
@@ -378,10 +394,7 @@ impl Store {
              FROM tasks WHERE ",
             fenced!()
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .bind(&keys)
         .fetch_optional(self.pool())
         .await?;
@@ -414,10 +427,7 @@ impl Store {
              )
              SELECT pg_notify($5, '') IS NOT NULL FROM released"
         ))
-        .bind(&lease.owner.tenant)
-        .bind(&lease.owner.principal)
-        .bind(lease.id.0)
-        .bind(lease.token)
+        .bind_lease(lease)
         .bind(notify::RUNNABLE)
         .fetch_optional(self.pool())
         .await?;

@@ -72,7 +72,15 @@ fn start_container() -> String {
 }
 
 impl TestDb {
+    /// A fresh database with the schema migrated.
     pub(crate) async fn new() -> Self {
+        let db = Self::empty().await;
+        db.store.migrate().await.expect("migrate");
+        db
+    }
+
+    /// A fresh database without any schema (for tests of migrating itself).
+    pub(crate) async fn empty() -> Self {
         let admin_url = server_url();
         let name = format!("mcp_tasks_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = connect_retrying(&admin_url).await;
@@ -90,7 +98,6 @@ impl TestDb {
         )
         .await
         .expect("connect");
-        store.migrate().await.expect("migrate");
         Self {
             url,
             store,
