@@ -8,6 +8,7 @@
 //! authentication → media type and body size → JSON-RPC envelope → `_meta` → routing
 //! headers → protocol version → method.
 
+mod answers;
 mod auth;
 mod config;
 mod dispatch;
@@ -15,6 +16,7 @@ mod error;
 mod http;
 mod legacy;
 mod limits;
+mod params;
 mod push;
 mod request_state;
 mod tasks_methods;
