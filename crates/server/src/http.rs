@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use mcp_tasks_wire::jsonrpc::{EnvelopeError, parse_message};
+use mcp_tasks_wire::jsonrpc::{self, EnvelopeError, parse_message};
 use mcp_tasks_wire::{ErrorObject, Incoming, RequestId};
 use serde_json::{Value, json};
 
@@ -225,7 +225,7 @@ async fn mcp(
     match outcome {
         Ok(dispatch::Reply::Result(result)) => json_response(
             StatusCode::OK,
-            json!({ "jsonrpc": "2.0", "id": id.to_value(), "result": result }),
+            jsonrpc::Response::result(id, result).to_json(),
         ),
         Ok(dispatch::Reply::Stream(response)) => response,
         Err(RpcError {
@@ -309,11 +309,7 @@ fn host_without_port(authority: &str) -> String {
 }
 
 fn error_body(id: Option<&RequestId>, error: &ErrorObject) -> Value {
-    let mut body = json!({ "jsonrpc": "2.0", "error": error });
-    if let Some(id) = id {
-        body["id"] = id.to_value();
-    }
-    body
+    jsonrpc::Response::error(id.cloned(), error.clone()).to_json()
 }
 
 /// A single-line JSON body. (Some clients read responses line by line.)

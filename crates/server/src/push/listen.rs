@@ -15,6 +15,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, BoxStream, SelectAll, StreamExt};
 use mcp_tasks_store::{Owner, TaskId};
+use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
 use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta, codes, meta_keys};
 use serde_json::{Map, Value, json};
 use tokio_stream::wrappers::WatchStream;
@@ -167,7 +168,7 @@ pub(crate) async fn listen(
         json!({ meta_keys::SUBSCRIPTION_ID: sub_id }),
     );
     state.config().server_info.stamp(&mut result, "complete");
-    let end = json!({ "jsonrpc": "2.0", "id": sub_id, "result": result });
+    let end = RpcResponse::result(id.clone(), Value::Object(result)).to_json();
 
     let body = ListenStream::new(watchers, sub_id, ack, end, state.shutdown().clone(), permit);
     let sse = Sse::new(body.into_stream())
