@@ -8,21 +8,45 @@ use mcp_tasks_wire::{ErrorObject, Request, RequestMeta, SUPPORTED_VERSIONS};
 use serde_json::{Map, Value, json};
 
 use crate::error::RpcError;
-use crate::{AppState, legacy, push, tasks_methods, tools_call, trace};
+use crate::params::{idempotency_key, single_header, string_param};
+use crate::tasks_methods::{self, TaskMethod};
+use crate::{AppState, legacy, push, tools_call, trace};
 
-/// Methods of earlier revisions (or of capabilities this server does not offer) that
-/// must answer "method not found" rather than anything that hints they half-work.
-const REMOVED: &[&str] = &[
-    "initialize",
-    "ping",
-    "logging/setLevel",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "tasks/result",
-    "tasks/list",
-    "tasks/status",
-    "completion/complete",
-];
+/// Every method this server answers, named once. Anything else, including the methods
+/// of earlier revisions, is "method not found".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Discover,
+    ToolsList,
+    PromptsList,
+    ResourcesList,
+    ResourceTemplatesList,
+    PromptsGet,
+    ResourcesRead,
+    ToolsCall,
+    Task(TaskMethod),
+    Listen,
+}
+
+impl Method {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "server/discover" => Self::Discover,
+            "tools/list" => Self::ToolsList,
+            "prompts/list" => Self::PromptsList,
+            "resources/list" => Self::ResourcesList,
+            "resources/templates/list" => Self::ResourceTemplatesList,
+            "prompts/get" => Self::PromptsGet,
+            "resources/read" => Self::ResourcesRead,
+            "tools/call" => Self::ToolsCall,
+            "tasks/get" => Self::Task(TaskMethod::Get),
+            "tasks/update" => Self::Task(TaskMethod::Update),
+            "tasks/cancel" => Self::Task(TaskMethod::Cancel),
+            "subscriptions/listen" => Self::Listen,
+            _ => return None,
+        })
+    }
+}
 
 /// What a request gets back: one JSON-RPC result, or (for `subscriptions/listen`) a
 /// stream that carries its own frames and ends with the result.
@@ -56,41 +80,42 @@ pub(crate) async fn handle(
         )));
     }
 
-    let mut result = match request.method.as_str() {
-        "server/discover" => discover(state),
-        "tools/list" => list(state, &request, "tools", state.registry().list().clone())?,
-        "prompts/list" => list(state, &request, "prompts", json!([]))?,
-        "resources/list" => list(state, &request, "resources", json!([]))?,
-        "resources/templates/list" => list(state, &request, "resourceTemplates", json!([]))?,
-        "prompts/get" => {
+    let Some(method) = Method::parse(&request.method) else {
+        return Err(RpcError::protocol(ErrorObject::method_not_found(
+            &request.method,
+        )));
+    };
+    let mut result = match method {
+        Method::Discover => discover(state),
+        Method::ToolsList => list(state, &request, "tools", state.registry().list().clone())?,
+        Method::PromptsList => list(state, &request, "prompts", json!([]))?,
+        Method::ResourcesList => list(state, &request, "resources", json!([]))?,
+        Method::ResourceTemplatesList => list(state, &request, "resourceTemplates", json!([]))?,
+        Method::PromptsGet => {
             return Err(RpcError::invalid_params(format!(
                 "unknown prompt {}: this server has no prompts",
                 string_param(&request.params, "name")?
             )));
         }
-        "resources/read" => {
+        Method::ResourcesRead => {
             return Err(RpcError::invalid_params(format!(
                 "resource not found: {}",
                 string_param(&request.params, "uri")?
             )));
         }
-        "tools/call" => {
+        Method::ToolsCall => {
             let trace = trace::for_request(headers);
             let key = idempotency_key(headers)?;
             tools_call::call(state, owner, &meta, &request.params, trace, key).await?
         }
-        "tasks/get" | "tasks/update" | "tasks/cancel" => {
-            tasks_methods::handle(state, owner, &meta, &request.method, &request.params).await?
+        Method::Task(method) => {
+            tasks_methods::handle(state, owner, &meta, method, &request.params).await?
         }
-        "subscriptions/listen" => {
+        Method::Listen => {
             let stream =
                 push::listen::listen(state, owner, &meta, &request.id, &request.params).await?;
             return Ok(Reply::Stream(stream));
         }
-        method if REMOVED.contains(&method) => {
-            return Err(RpcError::protocol(ErrorObject::method_not_found(method)));
-        }
-        method => return Err(RpcError::protocol(ErrorObject::method_not_found(method))),
     };
     state.config().server_info.stamp(&mut result, "complete");
     Ok(Reply::Result(Value::Object(result)))
@@ -136,78 +161,50 @@ fn list(
     Ok(result)
 }
 
-/// A routing header's one value. Two values are refused: a proxy that routes on the
-/// other one would read the request differently from this server.
-fn single_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next();
-    if values.next().is_some() {
-        return Err(RpcError::protocol(ErrorObject::header_mismatch(format!(
-            "the {name} header appears more than once"
-        ))));
-    }
-    Ok(first.map(|v| v.as_bytes()))
-}
+#[cfg(test)]
+mod tests {
+    use super::Method;
 
-/// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, RpcError> {
-    let Some(raw) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = raw.as_bytes();
-    if key.is_empty() || key.len() > 255 || !key.iter().all(|b| (0x21..0x7f).contains(b)) {
-        return Err(RpcError::protocol(ErrorObject::invalid_request(
-            "the Idempotency-Key header must be 1 to 255 visible ASCII characters",
-        )));
-    }
-    Ok(Some(String::from_utf8_lossy(key).into_owned()))
-}
-
-/// PostgreSQL cannot store U+0000 in text or jsonb, so params that would be stored must
-/// not carry it.
-pub(crate) fn refuse_nul(params: &Map<String, Value>, what: &str) -> Result<(), RpcError> {
-    if params
-        .get(what)
-        .is_some_and(mcp_tasks_wire::json::contains_nul)
-    {
-        return Err(RpcError::invalid_params(format!(
-            "params.{what} must not contain the NUL character (U+0000)"
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses a param larger than `max` bytes serialized.
-pub(crate) fn refuse_larger(
-    params: &Map<String, Value>,
-    what: &str,
-    max: usize,
-) -> Result<(), RpcError> {
-    if let Some(value) = params.get(what) {
-        let size = crate::limits::json_size(value);
-        if size > max {
-            return Err(RpcError::method(
-                ErrorObject::invalid_params(format!(
-                    "params.{what} is {size} bytes; the limit is {max}"
-                ))
-                .with_data(json!({ "limit": what, "max": max })),
-            ));
+    #[test]
+    fn earlier_revisions_methods_are_not_found() {
+        for removed in [
+            "initialize",
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+            "resources/unsubscribe",
+            "tasks/result",
+            "tasks/list",
+            "tasks/status",
+            "completion/complete",
+            "notifications/initialized",
+            "Tools/Call",
+            "",
+        ] {
+            assert_eq!(Method::parse(removed), None, "{removed:?}");
         }
     }
-    Ok(())
-}
 
-pub(crate) fn string_param<'a>(
-    params: &'a Map<String, Value>,
-    key: &str,
-) -> Result<&'a str, RpcError> {
-    match params.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(RpcError::invalid_params(format!(
-            "params.{key} must be a string"
-        ))),
-        None => Err(RpcError::invalid_params(format!(
-            "params.{key} is required"
-        ))),
+    #[test]
+    fn every_method_is_named_once() {
+        let names = [
+            "server/discover",
+            "tools/list",
+            "prompts/list",
+            "resources/list",
+            "resources/templates/list",
+            "prompts/get",
+            "resources/read",
+            "tools/call",
+            "tasks/get",
+            "tasks/update",
+            "tasks/cancel",
+            "subscriptions/listen",
+        ];
+        let parsed: Vec<Method> = names.iter().filter_map(|n| Method::parse(n)).collect();
+        assert_eq!(parsed.len(), names.len());
+        for (i, a) in parsed.iter().enumerate() {
+            assert!(!parsed[i + 1..].contains(a), "{a:?} parsed from two names");
+        }
     }
 }

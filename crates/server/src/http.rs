@@ -1,5 +1,6 @@
 //! The HTTP surface: `POST /mcp`, `GET /healthz`, `GET /readyz`.
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
@@ -8,9 +9,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use mcp_tasks_wire::jsonrpc::{EnvelopeError, parse_message};
+use mcp_tasks_wire::jsonrpc::{self, EnvelopeError, parse_message};
 use mcp_tasks_wire::{ErrorObject, Incoming, RequestId};
 use serde_json::{Value, json};
+use tokio::net::TcpListener;
 
 use crate::auth::AuthError;
 use crate::error::RpcError;
@@ -225,7 +227,7 @@ async fn mcp(
     match outcome {
         Ok(dispatch::Reply::Result(result)) => json_response(
             StatusCode::OK,
-            json!({ "jsonrpc": "2.0", "id": id.to_value(), "result": result }),
+            jsonrpc::Response::result(id, result).to_json(),
         ),
         Ok(dispatch::Reply::Stream(response)) => response,
         Err(RpcError {
@@ -251,6 +253,30 @@ async fn mcp(
             response
         }
     }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and lets
+/// in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Without TCP_NODELAY, bodies written in several pieces (SSE frames, chunked JSON)
+    // stall on Nagle's algorithm for about 40 ms each.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
+    let app = router(state.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            state.shutdown().cancel();
+        })
+        .await
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -309,11 +335,7 @@ fn host_without_port(authority: &str) -> String {
 }
 
 fn error_body(id: Option<&RequestId>, error: &ErrorObject) -> Value {
-    let mut body = json!({ "jsonrpc": "2.0", "error": error });
-    if let Some(id) = id {
-        body["id"] = id.to_value();
-    }
-    body
+    jsonrpc::Response::error(id.cloned(), error.clone()).to_json()
 }
 
 /// A single-line JSON body. (Some clients read responses line by line.)

@@ -8,6 +8,7 @@
 //! authentication → media type and body size → JSON-RPC envelope → `_meta` → routing
 //! headers → protocol version → method.
 
+mod answers;
 mod auth;
 mod config;
 mod dispatch;
@@ -15,30 +16,29 @@ mod error;
 mod http;
 mod legacy;
 mod limits;
+mod params;
 mod push;
 mod request_state;
 mod tasks_methods;
 mod tools_call;
 mod trace;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use mcp_tasks_store::Store;
 use mcp_tasks_store::notify::Waker;
 use mcp_tasks_tools::Registry;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::RateLimiter;
 use crate::push::hub::Hub;
-use crate::push::listen::StreamCounts;
+use crate::push::streams::StreamCounts;
 
 pub use auth::{
     AuthError, Authenticator, JwtAuth, JwtConfig, KeySource, NoAuth, ProtectedResource,
 };
 pub use config::{AllowedHosts, ServerConfig};
-pub use http::router;
+pub use http::{router, serve};
 pub use limits::RateLimit;
 pub use push::HubConfig;
 pub use request_state::StateKeys;
@@ -149,28 +149,4 @@ impl AppState {
     pub fn shutdown(&self) -> &CancellationToken {
         &self.inner.shutdown
     }
-}
-
-/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and lets
-/// in-flight requests finish.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Without TCP_NODELAY, bodies written in several pieces (SSE frames, chunked JSON)
-    // stall on Nagle's algorithm for about 40 ms each.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let app = router(state.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            state.shutdown().cancel();
-        })
-        .await
 }

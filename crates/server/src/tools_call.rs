@@ -11,18 +11,16 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId};
-use mcp_tasks_tools::{
-    ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError, validate_input_response,
-};
+use mcp_tasks_tools::{ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::dispatch::{refuse_larger, refuse_nul, string_param};
+use crate::answers::{apply_params_to_task, gather_for_round};
 use crate::error::RpcError;
+use crate::params::{parse_task_id, refuse_larger, refuse_nul, string_param};
 use crate::push::hub::Snapshot;
 use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
-use crate::tasks_methods::{apply_answers, invalid_answer, parse_task_id};
 
 pub(crate) async fn call(
     state: &AppState,
@@ -79,7 +77,7 @@ pub(crate) async fn call(
         Round::First => Map::new(),
         Round::Pre(answers) => answers,
         Round::Task(id) => {
-            apply_answers_to_task(state, owner, id, params).await?;
+            apply_params_to_task(state, owner, id, params).await?;
             return wait_for_result(state, owner, meta, tool, id, false).await;
         }
     };
@@ -203,24 +201,7 @@ fn earlier_round(
             if args != value_digest(arguments) {
                 return Err(invalid("the arguments changed since it was issued"));
             }
-            let responses = match params.get("inputResponses") {
-                None | Some(Value::Null) => Map::new(),
-                Some(Value::Object(r)) => r.clone(),
-                Some(_) => {
-                    return Err(RpcError::invalid_params(
-                        "params.inputResponses must be an object",
-                    ));
-                }
-            };
-            for (key, response) in responses {
-                // Answers to requests this round did not make are ignored.
-                let Some(request) = pending.get(&key) else {
-                    continue;
-                };
-                validate_input_response(request, &response)
-                    .map_err(|reason| invalid_answer(&key, &reason))?;
-                answers.insert(key, response);
-            }
+            gather_for_round(params, &pending, &mut answers)?;
             Ok(Round::Pre(answers))
         }
     }
@@ -355,24 +336,6 @@ fn as_map(v: Value) -> Map<String, Value> {
             m
         }
     }
-}
-
-async fn apply_answers_to_task(
-    state: &AppState,
-    owner: &Owner,
-    id: TaskId,
-    params: &Map<String, Value>,
-) -> Result<(), RpcError> {
-    let responses = match params.get("inputResponses") {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::Object(r)) => r,
-        Some(_) => {
-            return Err(RpcError::invalid_params(
-                "params.inputResponses must be an object",
-            ));
-        }
-    };
-    apply_answers(state, owner, id, responses).await
 }
 
 /// Cancels the task if the wait is abandoned (the client went away, or gave up) before

@@ -8,13 +8,13 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, BoxStream, SelectAll, StreamExt};
 use mcp_tasks_store::{Owner, TaskId};
+use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
 use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta, codes, meta_keys};
 use serde_json::{Map, Value, json};
 use tokio_stream::wrappers::WatchStream;
@@ -23,54 +23,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::AppState;
 use crate::error::RpcError;
 use crate::push::hub::{Snapshot, Watcher};
-
-/// Open streams per owner on this replica.
-#[derive(Default)]
-pub(crate) struct StreamCounts {
-    counts: Mutex<HashMap<Owner, usize>>,
-}
-
-/// One open stream; released when the stream ends.
-pub(crate) struct StreamPermit {
-    counts: Arc<StreamCounts>,
-    owner: Owner,
-}
-
-impl StreamCounts {
-    fn try_open(self: &Arc<Self>, owner: &Owner, limit: usize) -> Option<StreamPermit> {
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let open = counts.entry(owner.clone()).or_insert(0);
-        if *open >= limit {
-            return None;
-        }
-        *open += 1;
-        Some(StreamPermit {
-            counts: self.clone(),
-            owner: owner.clone(),
-        })
-    }
-
-    /// Streams open on this replica.
-    pub(crate) fn total(&self) -> usize {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .sum()
-    }
-}
-
-impl Drop for StreamPermit {
-    fn drop(&mut self) {
-        let mut counts = self.counts.counts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(open) = counts.get_mut(&self.owner) {
-            *open -= 1;
-            if *open == 0 {
-                counts.remove(&self.owner);
-            }
-        }
-    }
-}
+use crate::push::streams::StreamPermit;
 
 pub(crate) async fn listen(
     state: &AppState,
@@ -167,7 +120,7 @@ pub(crate) async fn listen(
         json!({ meta_keys::SUBSCRIPTION_ID: sub_id }),
     );
     state.config().server_info.stamp(&mut result, "complete");
-    let end = json!({ "jsonrpc": "2.0", "id": sub_id, "result": result });
+    let end = RpcResponse::result(id.clone(), Value::Object(result)).to_json();
 
     let body = ListenStream::new(watchers, sub_id, ack, end, state.shutdown().clone(), permit);
     let sse = Sse::new(body.into_stream())

@@ -2,5 +2,6 @@
 
 pub(crate) mod hub;
 pub(crate) mod listen;
+pub(crate) mod streams;
 
 pub use hub::HubConfig;

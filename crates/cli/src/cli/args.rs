@@ -1,0 +1,82 @@
+//! What several subcommands share: the database and pool flags, the tool packs, and the
+//! `serverInfo` replicas and workers report.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use mcp_tasks_store::{PoolConfig, Store};
+use mcp_tasks_tools::Registry;
+use mcp_tasks_wire::results::Implementation;
+use mcp_tasks_wire::secret::Secret;
+
+#[derive(Debug, Args)]
+pub(super) struct Database {
+    /// PostgreSQL connection URL.
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    url: Secret,
+    #[command(flatten)]
+    pool: PoolArgs,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct OptionalDatabase {
+    /// PostgreSQL connection URL; when unset, a throwaway cluster is started.
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    pub(super) url: Option<Secret>,
+    #[command(flatten)]
+    pub(super) pool: PoolArgs,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct PoolArgs {
+    /// Largest number of database connections this process opens.
+    #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    db_max_connections: u32,
+    /// How long a request waits for a database connection before failing (ms).
+    #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2000)]
+    db_acquire_timeout_ms: u64,
+}
+
+impl PoolArgs {
+    fn config(&self) -> PoolConfig {
+        PoolConfig {
+            max_connections: self.db_max_connections,
+            acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
+            ..PoolConfig::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(super) struct Tools {
+    /// Tool packs to serve, comma-separated (demo, conformance).
+    #[arg(long, env = "MCP_TASKS_TOOLS", default_value = "demo")]
+    tools: String,
+}
+
+impl Tools {
+    pub(super) fn registry(&self) -> anyhow::Result<Registry> {
+        Registry::from_packs(&self.tools).context("--tools")
+    }
+}
+
+impl Database {
+    pub(super) async fn connect(&self) -> anyhow::Result<Store> {
+        connect(self.url.expose(), &self.pool).await
+    }
+}
+
+pub(super) async fn connect(url: &str, pool: &PoolArgs) -> anyhow::Result<Store> {
+    Store::connect(url, &pool.config())
+        .await
+        .context("DATABASE_URL is not a valid PostgreSQL URL")
+}
+
+/// The configured name with this build's version.
+pub(super) fn server_info(name: &str) -> Implementation {
+    Implementation {
+        name: name.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}

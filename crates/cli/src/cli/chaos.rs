@@ -1,0 +1,55 @@
+//! `mcp-tasks chaos`: real processes killed under load, then every task checked.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Args)]
+pub(super) struct ChaosCommand {
+    /// Task scripts to drive (quick, slow, answered input, cancelled).
+    #[arg(long, default_value_t = 100)]
+    tasks: usize,
+    /// Replica processes.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Seconds of chaos; the scripts' starts are spread over it.
+    #[arg(long, default_value_t = 45)]
+    duration: u64,
+    /// Scripts driven at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Seed of every random choice (default: random; printed, to replay a run).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The workers' lease (ms).
+    #[arg(long, default_value_t = 2000)]
+    lease_ms: u64,
+}
+
+pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let ChaosCommand {
+        tasks,
+        replicas,
+        workers,
+        duration,
+        concurrency,
+        seed,
+        lease_ms,
+    } = command;
+    let config = mcp_tasks_chaos::Config {
+        binary: std::env::current_exe().context("locating this executable")?,
+        tasks,
+        replicas,
+        workers,
+        duration: Duration::from_secs(duration),
+        concurrency,
+        seed,
+        lease_ms,
+    };
+    mcp_tasks_chaos::run(&config, shutdown).await
+}

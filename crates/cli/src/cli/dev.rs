@@ -1,0 +1,59 @@
+//! `mcp-tasks dev`: migrate, one replica and one worker in one process, on a throwaway
+//! PostgreSQL when no database is given.
+
+use anyhow::Context;
+use clap::Args;
+use mcp_tasks_devdb::DevDatabase;
+use tokio_util::sync::CancellationToken;
+
+use super::args::{OptionalDatabase, Tools, connect};
+use super::serve::{ServerArgs, serve};
+use super::worker::WorkerArgs;
+
+#[derive(Debug, Args)]
+pub(super) struct DevCommand {
+    #[command(flatten)]
+    database: OptionalDatabase,
+    #[command(flatten)]
+    tools: Tools,
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let DevCommand {
+        database,
+        tools,
+        server,
+        worker,
+    } = command;
+    let registry = tools.registry()?;
+    let throwaway;
+    let url = match database.url {
+        Some(url) => url.expose().to_owned(),
+        None => {
+            throwaway = tokio::task::spawn_blocking(DevDatabase::start).await??;
+            tracing::info!(
+                url = throwaway.url(),
+                version = throwaway.version(),
+                data = %throwaway.data_dir().display(),
+                "DATABASE_URL is unset: started a throwaway PostgreSQL cluster; it is deleted on exit"
+            );
+            throwaway.url().to_owned()
+        }
+    };
+    let store = connect(&url, &database.pool).await?;
+    store.migrate().await.context("migrating")?;
+    let worker_task = tokio::spawn(mcp_tasks_worker::run(
+        store.clone(),
+        registry.clone(),
+        worker.config(&server.server_name),
+        shutdown.clone(),
+    ));
+    let served = serve(store, registry, &server, shutdown.clone()).await;
+    shutdown.cancel();
+    worker_task.await??;
+    served
+}

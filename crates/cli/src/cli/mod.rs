@@ -1,0 +1,112 @@
+//! Command-line interface. Every flag has an environment variable, shown in `--help`.
+//!
+//! One module per subcommand, each with its flags and what it runs; `args` holds the
+//! flag groups several share, `logging` and `shutdown` what every process sets up.
+
+mod args;
+mod auth;
+mod bench;
+mod chaos;
+mod demo;
+mod dev;
+mod logging;
+mod migrate;
+mod serve;
+mod shutdown;
+mod worker;
+
+use clap::{Parser, Subcommand};
+
+use self::args::Database;
+use self::bench::Bench;
+use self::chaos::ChaosCommand;
+use self::demo::DemoCommand;
+use self::dev::DevCommand;
+use self::logging::{LogFormat, init_logging};
+use self::serve::ServeCommand;
+use self::worker::WorkerCommand;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcp-tasks",
+    version,
+    about = "Durable MCP tasks (2026-07-28 + io.modelcontextprotocol/tasks) on PostgreSQL: stateless HTTP replicas and leased workers."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+
+    /// Log filter (tracing-subscriber EnvFilter syntax).
+    #[arg(
+        long,
+        env = "MCP_TASKS_LOG",
+        default_value = "info,sqlx=warn",
+        global = true
+    )]
+    log: String,
+
+    /// Log format.
+    #[arg(long, env = "MCP_TASKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply database migrations (safe to run from several processes at once).
+    Migrate(Database),
+    /// Run one stateless HTTP replica.
+    Serve(ServeCommand),
+    /// Run a worker that claims and runs tasks.
+    Worker(WorkerCommand),
+    /// Migrate, serve and run one worker in one process; starts a throwaway PostgreSQL
+    /// when DATABASE_URL is unset and PostgreSQL is installed.
+    Dev(DevCommand),
+    /// Benchmarks; each prints its figures next to a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(Bench),
+    /// Chaos harness: real replicas, workers and a throwaway PostgreSQL on loopback, killed
+    /// and restarted at random while tasks run; checks that no task is lost, finalized
+    /// twice or overwritten, and measures how long a dead worker's task waits.
+    Chaos(ChaosCommand),
+    /// Run the lessons' demo sequence against a server with the `demo` tool pack.
+    Demo(DemoCommand),
+}
+
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli.log, cli.log_format) {
+        eprintln!("mcp-tasks: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcp-tasks: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("mcp-tasks: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    let shutdown = shutdown::shutdown_on_signal();
+    match command {
+        Command::Migrate(database) => migrate::run(database).await,
+        Command::Serve(command) => serve::run(command, shutdown).await,
+        Command::Worker(command) => worker::run(command, shutdown).await,
+        Command::Dev(command) => dev::run(command, shutdown).await,
+        Command::Bench(bench) => bench::run(bench).await,
+        Command::Chaos(command) => chaos::run(command, shutdown).await,
+        Command::Demo(command) => demo::run(command).await,
+    }
+}

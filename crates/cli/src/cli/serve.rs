@@ -1,0 +1,186 @@
+//! `mcp-tasks serve`: one stateless HTTP replica.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use mcp_tasks_server::{AllowedHosts, AppState, RateLimit, ServerConfig, StateKeys};
+use mcp_tasks_store::Store;
+use mcp_tasks_tools::Registry;
+use tokio_util::sync::CancellationToken;
+
+use super::args::{Database, Tools, server_info};
+use super::auth::AuthArgs;
+
+#[derive(Debug, Args)]
+pub(super) struct ServeCommand {
+    #[command(flatten)]
+    database: Database,
+    #[command(flatten)]
+    tools: Tools,
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Apply migrations before serving.
+    #[arg(long, env = "MCP_TASKS_MIGRATE")]
+    migrate: bool,
+}
+
+pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let store = command.database.connect().await?;
+    if command.migrate {
+        store.migrate().await.context("migrating")?;
+    }
+    serve(store, command.tools.registry()?, &command.server, shutdown).await
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ServerArgs {
+    /// Address to listen on (port 0 picks a free port; the address is logged).
+    #[arg(long, env = "MCP_TASKS_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Host names accepted in Host and Origin headers, comma-separated, or `*` for any.
+    /// Defaults to localhost names on a loopback address and `*` otherwise.
+    #[arg(long, env = "MCP_TASKS_ALLOWED_HOSTS")]
+    allowed_hosts: Option<String>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "MCP_TASKS_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    max_body_bytes: usize,
+    /// How long a replica waits for a worker to finish a task for a client that did not
+    /// declare the tasks extension (ms).
+    #[arg(long, env = "MCP_TASKS_SYNC_WAIT_MS", default_value_t = 60_000)]
+    sync_wait_ms: u64,
+    /// On SIGTERM, how long requests waiting for a task may go on before answering 503
+    /// (ms).
+    #[arg(long, env = "MCP_TASKS_DRAIN_GRACE_MS", default_value_t = 10_000)]
+    drain_grace_ms: u64,
+    /// Minimum time a finished task stays readable (ms).
+    #[arg(long, env = "MCP_TASKS_RETENTION_MS", default_value_t = 3_600_000)]
+    retention_ms: u64,
+    /// Keys that sign MRTR requestState: hex or base64, at least 32 bytes, comma-separated;
+    /// the first signs, all verify (for rotation). Every replica must share them; when
+    /// unset, a random per-process key is used.
+    #[arg(long, env = "MCP_TASKS_STATE_KEY", hide_env_values = true)]
+    state_key: Option<String>,
+    /// Name reported as serverInfo.
+    #[arg(long, env = "MCP_TASKS_SERVER_NAME", default_value = "mcp-tasks")]
+    pub(super) server_name: String,
+    /// Most task ids one subscriptions/listen may name.
+    #[arg(long, env = "MCP_TASKS_MAX_LISTEN_TASKS", default_value_t = 100)]
+    max_listen_tasks: usize,
+    /// Most listen streams one principal may hold open on one replica.
+    #[arg(
+        long,
+        env = "MCP_TASKS_MAX_STREAMS_PER_PRINCIPAL",
+        default_value_t = 64
+    )]
+    max_streams_per_principal: usize,
+    /// Deepest JSON nesting accepted in a request body.
+    #[arg(long, env = "MCP_TASKS_MAX_JSON_DEPTH", default_value_t = 64)]
+    max_json_depth: usize,
+    /// Largest tools/call arguments, serialized, in bytes.
+    #[arg(long, env = "MCP_TASKS_MAX_ARGUMENT_BYTES", default_value_t = 256 * 1024)]
+    max_argument_bytes: usize,
+    /// Largest inputResponses of one request, serialized, in bytes.
+    #[arg(long, env = "MCP_TASKS_MAX_INPUT_RESPONSE_BYTES", default_value_t = 256 * 1024)]
+    max_input_response_bytes: usize,
+    /// Most unfinished tasks one principal may have.
+    #[arg(long, env = "MCP_TASKS_MAX_TASKS_IN_FLIGHT", default_value_t = 1000)]
+    max_tasks_in_flight: i64,
+    /// Requests per second per principal per replica (0 turns the limit off).
+    #[arg(long, env = "MCP_TASKS_RATE_LIMIT", default_value_t = 100.0)]
+    rate_limit: f64,
+    /// Requests a principal may send at once before the rate applies.
+    #[arg(long, env = "MCP_TASKS_RATE_BURST", default_value_t = 300.0)]
+    rate_burst: f64,
+    #[command(flatten)]
+    auth: AuthArgs,
+}
+
+impl ServerArgs {
+    fn config(&self) -> ServerConfig {
+        let mut c = ServerConfig::new(server_info(&self.server_name));
+        c.allowed_hosts = match &self.allowed_hosts {
+            Some(spec) => AllowedHosts::parse(spec),
+            None if self.listen.ip().is_loopback() => AllowedHosts::loopback(),
+            None => AllowedHosts::Any,
+        };
+        c.max_body_bytes = self.max_body_bytes;
+        c.sync_wait = Duration::from_millis(self.sync_wait_ms);
+        c.retention = Duration::from_millis(self.retention_ms);
+        c.drain_grace = Duration::from_millis(self.drain_grace_ms);
+        c.max_listen_tasks = self.max_listen_tasks;
+        c.max_streams_per_principal = self.max_streams_per_principal;
+        c.json_limits.max_depth = self.max_json_depth;
+        c.max_argument_bytes = self.max_argument_bytes;
+        c.max_input_response_bytes = self.max_input_response_bytes;
+        c.max_tasks_in_flight = self.max_tasks_in_flight;
+        c.rate_limit = (self.rate_limit > 0.0).then_some(RateLimit {
+            per_second: self.rate_limit,
+            burst: self.rate_burst.max(1.0),
+        });
+        c
+    }
+
+    fn state_keys(&self) -> anyhow::Result<StateKeys> {
+        match &self.state_key {
+            Some(spec) => StateKeys::parse(spec)
+                .map_err(anyhow::Error::msg)
+                .context("MCP_TASKS_STATE_KEY"),
+            None => {
+                tracing::warn!(
+                    "MCP_TASKS_STATE_KEY is unset: using a random key, so MRTR requestState only verifies on this replica"
+                );
+                Ok(StateKeys::random())
+            }
+        }
+    }
+}
+
+pub(super) async fn serve(
+    store: Store,
+    registry: Registry,
+    args: &ServerArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (auth, protected_resource) = args.auth.authenticator(args.listen).await?;
+    let mut config = args.config();
+    config.protected_resource = protected_resource;
+    let state = AppState::new(
+        store,
+        registry,
+        config,
+        auth,
+        args.state_keys()?,
+        shutdown.child_token(),
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "listening on http://{addr}/mcp");
+    if !addr.ip().is_loopback() && matches!(args.config().allowed_hosts, AllowedHosts::Any) {
+        tracing::warn!(
+            "listening beyond loopback with any Host allowed; set MCP_TASKS_ALLOWED_HOSTS to the names clients use"
+        );
+    }
+    let stop = shutdown.clone();
+    let served = mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await });
+    // In-flight requests finish, listen streams end with their result; a connection that
+    // still lingers after the drain does not keep the process alive.
+    let drain_limit = Duration::from_millis(args.drain_grace_ms) + Duration::from_secs(5);
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(drain_limit).await;
+    };
+    tokio::select! {
+        served = served => served.context("serving")?,
+        () = deadline => tracing::warn!("connections still open after the drain; exiting anyway"),
+    }
+    if shutdown.is_cancelled() {
+        tracing::info!("replica stopped");
+        Ok(())
+    } else {
+        bail!("the server stopped unexpectedly")
+    }
+}

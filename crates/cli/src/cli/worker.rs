@@ -1,0 +1,65 @@
+//! `mcp-tasks worker`: claims and runs tasks.
+
+use std::time::Duration;
+
+use clap::Args;
+use mcp_tasks_worker::WorkerConfig;
+use tokio_util::sync::CancellationToken;
+
+use super::args::{Database, Tools, server_info};
+
+#[derive(Debug, Args)]
+pub(super) struct WorkerCommand {
+    #[command(flatten)]
+    database: Database,
+    #[command(flatten)]
+    tools: Tools,
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let store = command.database.connect().await?;
+    mcp_tasks_worker::run(
+        store,
+        command.tools.registry()?,
+        command.worker.config("mcp-tasks"),
+        shutdown,
+    )
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub(super) struct WorkerArgs {
+    /// Tasks this worker runs at once.
+    #[arg(long, env = "MCP_TASKS_CONCURRENCY", default_value_t = 16)]
+    concurrency: usize,
+    /// Lease length (ms); heartbeats run at a third of it.
+    #[arg(long, env = "MCP_TASKS_LEASE_MS", default_value_t = 30_000)]
+    lease_ms: u64,
+    /// Backstop poll for new work when no notification arrives (ms).
+    #[arg(long, env = "MCP_TASKS_POLL_MS", default_value_t = 1000)]
+    poll_ms: u64,
+    /// On SIGTERM, how long running tasks may take to finish before they are released
+    /// to other workers (ms).
+    #[arg(long, env = "MCP_TASKS_SHUTDOWN_GRACE_MS", default_value_t = 20_000)]
+    shutdown_grace_ms: u64,
+    /// Worker id recorded as lease owner (default: host-pid-random).
+    #[arg(long, env = "MCP_TASKS_WORKER_ID")]
+    worker_id: Option<String>,
+}
+
+impl WorkerArgs {
+    pub(super) fn config(&self, server_name: &str) -> WorkerConfig {
+        let mut c = WorkerConfig::new(server_info(server_name));
+        c.concurrency = self.concurrency;
+        c.lease = Duration::from_millis(self.lease_ms);
+        c.poll_interval = Duration::from_millis(self.poll_ms);
+        c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        if let Some(id) = &self.worker_id {
+            c.worker_id.clone_from(id);
+        }
+        c
+    }
+}
