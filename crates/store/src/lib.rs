@@ -7,8 +7,6 @@
 //!   zero rows affected means the worker has lost the task and must drop its work.
 //! - Not found is a value ([`Lookup`]), not an error; errors are database failures.
 
-pub mod bench;
-pub mod chaos;
 mod client_ops;
 mod lease;
 mod maintenance;
@@ -26,6 +24,7 @@ pub use client_ops::{
 };
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use maintenance::MaintenanceReport;
+pub use notify::LISTENER_APPLICATION_NAME;
 pub use record::{TaskId, TaskRecord};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
@@ -161,6 +160,12 @@ impl Store {
     pub async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+
+    /// Closes every connection, waiting for those in use to be given back. Every clone of
+    /// this store is closed with it.
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 
     /// Readiness: the database answers a trivial query.

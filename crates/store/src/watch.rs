@@ -41,15 +41,6 @@ impl Store {
         Ok(())
     }
 
-    /// Clears the marks (only for benchmarks: a replica never knows whether another one
-    /// still watches a task, so it lets its marks lapse instead).
-    pub async fn unwatch_all(&self) -> Result<()> {
-        sqlx::query("UPDATE tasks SET watched_until = NULL WHERE watched_until IS NOT NULL")
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
-
     /// Reads many tasks in one statement, each only for its own owner. Missing ones are
     /// simply absent from the result.
     #[tracing::instrument(name = "db.task.get_many", skip_all, fields(tasks = tasks.len()), err(level = "debug"))]
