@@ -24,8 +24,7 @@ mod trace;
 use std::future::Future;
 use std::sync::Arc;
 
-use mcp_tasks_store::Store;
-use mcp_tasks_store::notify::Waker;
+use mcp_tasks_store::{Store, Waker};
 use mcp_tasks_tools::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

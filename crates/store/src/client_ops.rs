@@ -92,7 +92,7 @@ pub enum CancelOutcome {
 
 impl Store {
     /// Creates a task and commits it, so it is readable from every replica as soon as
-    /// this returns. Wake the workers afterwards ([`crate::notify::Waker`]).
+    /// this returns. Wake the workers afterwards ([`crate::Waker`]).
     pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
         match self.create(owner, task, None).await? {
             Created::New(task) | Created::Existing(task) => Ok(task),
@@ -268,7 +268,7 @@ impl Store {
     }
 
     /// Applies answers to outstanding input requests, all or nothing, before returning.
-    /// When the outcome says `resumed`, wake the workers ([`crate::notify::Waker`]).
+    /// When the outcome says `resumed`, wake the workers ([`crate::Waker`]).
     ///
     /// `validate(key, request, response)` checks one answer against its request. Keys that
     /// are not outstanding are ignored without being validated.

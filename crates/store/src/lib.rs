@@ -8,9 +8,10 @@
 //! - Not found is a value ([`Lookup`]), not an error; errors are database failures.
 
 mod client_ops;
+mod events;
 mod lease;
 mod maintenance;
-pub mod notify;
+mod notify;
 mod record;
 mod watch;
 
@@ -22,9 +23,10 @@ use sqlx::{PgPool, migrate::Migrator};
 pub use client_ops::{
     CancelOutcome, Created, Idempotency, InputValidationError, NewTask, UpdateOutcome,
 };
+pub use events::{Event, EventKind, Events, EventsConfig};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use maintenance::MaintenanceReport;
-pub use notify::LISTENER_APPLICATION_NAME;
+pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
