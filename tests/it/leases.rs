@@ -1652,10 +1652,7 @@ async fn concurrent_migrations() {
         .collect();
     files.sort_unstable();
     assert!(!files.is_empty());
-    let embedded: Vec<i64> = mcp_tasks_store::MIGRATOR
-        .iter()
-        .map(|m| m.version)
-        .collect();
+    let embedded: Vec<i64> = mcp_tasks_store::migration_versions();
     assert_eq!(embedded, files, "embedded migrations differ from the files");
 
     let applied: Vec<(i64, bool)> =

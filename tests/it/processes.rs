@@ -599,10 +599,9 @@ async fn migrate_subcommand_is_idempotent_and_concurrent() {
             .fetch_all(&mut fresh)
             .await
             .expect("reading _sqlx_migrations");
-    let expected: Vec<(i64, bool)> = mcp_tasks_store::MIGRATOR
-        .iter()
-        .filter(|m| !m.migration_type.is_down_migration())
-        .map(|m| (m.version, true))
+    let expected: Vec<(i64, bool)> = mcp_tasks_store::migration_versions()
+        .into_iter()
+        .map(|v| (v, true))
         .collect();
     assert_eq!(applied, expected, "each migration applied exactly once");
     fresh.close().await.expect("closing");

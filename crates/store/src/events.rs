@@ -18,7 +18,7 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::time::Instant;
 
 use crate::notify::{CANCEL, CHANGED, LISTENER_APPLICATION_NAME, RUNNABLE};
-use crate::{Result, Store, TaskId};
+use crate::{DbResult, Result, Store, TaskId};
 
 /// What a stream listens for. [`Event::Resync`] comes whatever is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -161,11 +161,11 @@ impl Store {
             .idle_timeout(None)
             .acquire_timeout(Duration::from_secs(5))
             .connect_lazy_with(options);
-        let mut listener = PgListener::connect_with(&pool).await?;
+        let mut listener = PgListener::connect_with(&pool).await.db()?;
         // A lost connection is replaced by `Events`, which then owes a Resync; sqlx
         // reconnecting behind its back would hide the gap.
         listener.eager_reconnect(false);
-        listener.listen_all(channels.iter().copied()).await?;
+        listener.listen_all(channels.iter().copied()).await.db()?;
         Ok(listener)
     }
 }

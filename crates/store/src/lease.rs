@@ -8,7 +8,7 @@ use sqlx::postgres::PgArguments;
 
 use crate::client_ops::finish_columns;
 use crate::record::TaskRow;
-use crate::{Owner, Result, Store, TaskId, TaskRecord, notify};
+use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
 
 /// The guard on every worker write: the same lease (token), still working, not lapsed.
 macro_rules! fenced {
@@ -149,7 +149,7 @@ impl Store {
         .bind(limit)
         .bind(lease_ms)
         .fetch_all(self.pool())
-        .await?;
+        .await.db()?;
         rows.into_iter()
             .map(|r| {
                 let task: TaskRecord = r.row.try_into()?;
@@ -203,7 +203,7 @@ impl Store {
         ))
         .bind(limit)
         .fetch_all(self.pool())
-        .await?;
+        .await.db()?;
         let cancelled = statuses.iter().filter(|s| *s == "cancelled").count() as u64;
         Ok(RescueReport {
             failed: statuses.len() as u64 - cancelled,
@@ -239,7 +239,7 @@ impl Store {
         .bind(&tokens)
         .bind(lease_ms)
         .fetch_all(self.pool())
-        .await?;
+        .await.db()?;
         Ok(rows
             .into_iter()
             .map(|(id, cancel_requested)| HeartbeatReply {
@@ -261,7 +261,8 @@ impl Store {
         .bind_lease(lease)
         .bind(message)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         if done.rows_affected() == 1 {
             return Ok(true);
         }
@@ -279,7 +280,8 @@ impl Store {
         .bind_lease(lease)
         .bind(checkpoint)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -297,7 +299,8 @@ impl Store {
         ))
         .bind_lease(lease)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -307,7 +310,8 @@ impl Store {
             sqlx::query_scalar(concat!("SELECT true FROM tasks WHERE ", fenced!()))
                 .bind_lease(lease)
                 .fetch_optional(self.pool())
-                .await?;
+                .await
+                .db()?;
         Ok(held.is_some())
     }
 
@@ -347,7 +351,8 @@ impl Store {
         .bind(error)
         .bind(status_message)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -384,7 +389,8 @@ impl Store {
         .bind(status_message)
         .bind(checkpoint)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         if done.rows_affected() == 1 {
             return Ok(InputOutcome::Applied);
         }
@@ -397,7 +403,8 @@ impl Store {
         .bind_lease(lease)
         .bind(&keys)
         .fetch_optional(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(match why {
             None => InputOutcome::Stale,
             Some((true, _)) => InputOutcome::CancelRequested,
@@ -430,7 +437,8 @@ impl Store {
         .bind_lease(lease)
         .bind(notify::RUNNABLE)
         .fetch_optional(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(released.is_some())
     }
 }

@@ -2,7 +2,7 @@
 //! Safe to run from every worker at once: each batch skips rows another one has locked.
 
 use crate::client_ops::finish_columns;
-use crate::{Result, Store};
+use crate::{DbResult, Result, Store};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MaintenanceReport {
@@ -41,7 +41,8 @@ impl Store {
         ))
         .bind(limit)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected())
     }
 
@@ -70,7 +71,8 @@ impl Store {
         )
         .bind(limit)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected())
     }
 
@@ -95,7 +97,8 @@ impl Store {
         .bind(keep_ms)
         .bind(limit)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected())
     }
 

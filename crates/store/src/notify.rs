@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Result, Store};
+use crate::{DbResult, Result, Store};
 
 /// Something may be claimable: a task was created, resumed after input, or released. The
 /// payload is empty.
@@ -85,7 +85,8 @@ impl Store {
             .bind(channel)
             .bind(payload)
             .execute(self.pool())
-            .await?;
+            .await
+            .db()?;
         Ok(())
     }
 }

@@ -101,7 +101,7 @@ impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
 
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("task {}: {what}", row.id));
+        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
         let status = row.status.parse().map_err(|e: String| corrupt(&e))?;
         let error = row
             .error

@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use crate::record::TaskRow;
-use crate::{Owner, Result, Store, TaskId, TaskRecord};
+use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord};
 
 /// Splits `(owner, id)` pairs into the three arrays `unnest` takes.
 fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
@@ -37,7 +37,7 @@ impl Store {
         .bind(&ids)
         .bind(ttl_ms)
         .execute(self.pool())
-        .await?;
+        .await.db()?;
         Ok(())
     }
 
@@ -60,7 +60,8 @@ impl Store {
         .bind(&principals)
         .bind(&ids)
         .fetch_all(self.pool())
-        .await?;
+        .await
+        .db()?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
@@ -81,7 +82,8 @@ impl Store {
         .bind(&principals)
         .bind(&ids)
         .fetch_all(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(rows.into_iter().map(|(id, v)| (TaskId(id), v)).collect())
     }
 }
