@@ -4,6 +4,7 @@
 mod attacks;
 mod auth;
 mod benches;
+mod end_reasons;
 mod events;
 mod harness;
 mod leases;

@@ -1,5 +1,6 @@
 //! What replicas do on behalf of clients: create, read, answer input, cancel.
 
+use mcp_tasks_wire::service_messages;
 use serde_json::{Map, Value};
 use sqlx::{Postgres, Transaction};
 
@@ -322,7 +323,7 @@ impl Store {
                 input_responses = input_responses || $6,
                 run_after = CASE WHEN $4 THEN now() ELSE NULL END,
                 attempt = CASE WHEN $4 THEN 0 ELSE attempt END,
-                status_message = CASE WHEN $4 THEN 'Input received; resuming' ELSE status_message END,
+                status_message = CASE WHEN $4 THEN $7 ELSE status_message END,
                 updated_at = now(),
                 version = version + 1
             WHERE tenant = $1 AND principal = $2 AND id = $3 AND status = 'input_required'
@@ -334,8 +335,10 @@ impl Store {
         .bind(resumed)
         .bind(Value::Object(outstanding))
         .bind(Value::Object(answered))
+        .bind(service_messages::INPUT_RECEIVED)
         .execute(&mut *tx)
-        .await.db()?;
+        .await
+        .db()?;
         tx.commit().await.db()?;
         Ok(Lookup::Found(Ok(UpdateOutcome::Applied { keys, resumed })))
     }
@@ -397,7 +400,8 @@ impl Store {
             sqlx::query(concat!(
                 "UPDATE tasks SET
                      status = 'cancelled',
-                     status_message = 'Cancelled at the client''s request',
+                     end_reason = 'cancelled_by_client',
+                     status_message = NULL,
                      cancel_requested_at = coalesce(cancel_requested_at, now()),
                      ",
                 finish_columns!(),
