@@ -28,6 +28,7 @@ use mcp_tasks_store::{Store, Waker};
 use mcp_tasks_tools::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::limits::RateLimiter;
 use crate::push::hub::Hub;
@@ -59,18 +60,36 @@ struct Inner {
     waker: Waker,
     streams: Arc<StreamCounts>,
     rate: Option<RateLimiter>,
-    background: CancellationToken,
+    background: Background,
+}
+
+/// The replica's own tasks (the push hub's loops, the worker waker): they outlive the
+/// drain that `shutdown` starts (waits still in flight need the hub), and stop when the
+/// last handle on the state is gone, or when [`serve`] has finished serving.
+#[derive(Clone)]
+struct Background {
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Background {
+    fn stop(&self) {
+        self.stop.cancel();
+        self.tasks.close();
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.background.cancel();
+        self.background.stop();
     }
 }
 
 impl AppState {
     /// Builds the replica's state and starts its background tasks (the push hub and the
-    /// worker waker), which stop with `shutdown`. Must be called inside a Tokio runtime.
+    /// worker waker), which stop when [`serve`] is done or the last handle on the state
+    /// is dropped (not with `shutdown`: the drain it starts still needs them). Must be
+    /// called inside a Tokio runtime.
     pub fn new(
         store: Store,
         registry: Registry,
@@ -79,11 +98,22 @@ impl AppState {
         state_keys: StateKeys,
         shutdown: CancellationToken,
     ) -> Self {
-        // Background tasks outlive the drain that `shutdown` starts (waits still in flight
-        // need the hub), and stop when the last handle on this state is gone.
-        let background = CancellationToken::new();
-        let hub = Hub::start(store.clone(), config.hub.clone(), background.clone());
-        let waker = Waker::start(store.clone(), config.wake_interval, background.clone());
+        let background = Background {
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        };
+        let hub = Hub::start(
+            store.clone(),
+            config.hub.clone(),
+            &background.tasks,
+            background.stop.clone(),
+        );
+        let waker = Waker::start(
+            store.clone(),
+            config.wake_interval,
+            &background.tasks,
+            background.stop.clone(),
+        );
         let config_rate = config.rate_limit;
         Self {
             inner: Arc::new(Inner {
@@ -150,8 +180,8 @@ impl AppState {
     }
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and lets
-/// in-flight requests finish.
+/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, lets
+/// in-flight requests finish, and stops the replica's own tasks, waiting for them.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -166,10 +196,15 @@ pub async fn serve(
         }
     });
     let app = router(state.clone());
-    axum::serve(listener, app)
+    let background = state.inner.background.clone();
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             state.shutdown().cancel();
         })
-        .await
+        .await;
+    // Every request has finished: nothing needs the hub or the waker any more.
+    background.stop();
+    background.tasks.wait().await;
+    served
 }

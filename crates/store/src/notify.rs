@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::{DbResult, Result, Store};
 
@@ -45,27 +46,36 @@ pub struct Waker {
 }
 
 impl Waker {
-    /// Starts the waker's task; it stops with `shutdown`.
-    pub fn start(store: Store, every: Duration, shutdown: CancellationToken) -> Self {
+    /// Starts the waker's task on `tasks` (so that shutdown can wait for it); it stops
+    /// with `shutdown`, dropping a wake-up still pending then (workers poll anyway).
+    pub fn start(
+        store: Store,
+        every: Duration,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
         let pending = Arc::new(Notify::new());
         let waker = Self {
             pending: pending.clone(),
         };
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 tokio::select! {
                     () = pending.notified() => {}
                     () = shutdown.cancelled() => return,
                 }
-                if let Err(e) = sqlx::query("SELECT pg_notify($1, '')")
-                    .bind(RUNNABLE)
-                    .execute(store.pool())
-                    .await
-                {
+                let sent = tokio::select! {
+                    sent = store.notify(RUNNABLE, "") => sent,
+                    () = shutdown.cancelled() => return,
+                };
+                if let Err(e) = sent {
                     // Workers poll as a backstop; a lost wake-up costs latency only.
                     tracing::debug!(error = %e, "could not wake the workers");
                 }
-                tokio::time::sleep(every).await;
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    () = shutdown.cancelled() => return,
+                }
             }
         });
         waker
@@ -79,7 +89,7 @@ impl Waker {
 }
 
 impl Store {
-    /// Sends one notification (a stream's probe of its own connection).
+    /// Sends one notification (a wake-up, or a stream's probe of its own connection).
     pub(crate) async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(channel)

@@ -24,6 +24,7 @@ use mcp_tasks_wire::TaskStatus;
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Timings of the hub's loops.
 #[derive(Debug, Clone)]
@@ -183,8 +184,14 @@ impl Drop for WatchGuard {
 }
 
 impl Hub {
-    /// Starts the hub's loops; they stop with `shutdown`.
-    pub(crate) fn start(store: Store, config: HubConfig, shutdown: CancellationToken) -> Self {
+    /// Starts the hub's loops on `tasks` (so that shutdown can wait for them); they stop
+    /// with `shutdown`.
+    pub(crate) fn start(
+        store: Store,
+        config: HubConfig,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
         let inner = Arc::new(Inner {
             store,
             config,
@@ -192,9 +199,9 @@ impl Hub {
             dirty: Mutex::new(HashSet::new()),
             dirty_ready: Notify::new(),
         });
-        tokio::spawn(listen_loop(inner.clone(), shutdown.clone()));
-        tokio::spawn(fetch_loop(inner.clone(), shutdown.clone()));
-        tokio::spawn(upkeep_loop(inner.clone(), shutdown));
+        tasks.spawn(listen_loop(inner.clone(), shutdown.clone()));
+        tasks.spawn(fetch_loop(inner.clone(), shutdown.clone()));
+        tasks.spawn(upkeep_loop(inner.clone(), shutdown));
         Self { inner }
     }
 
