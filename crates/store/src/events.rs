@@ -188,6 +188,8 @@ impl Events {
                 Probe::Sent { sent, .. } => sent + self.config.probe_timeout,
             };
             tokio::select! {
+                // What has arrived first: a probe heard late is still heard, not timed out.
+                biased;
                 received = connection.listener.try_recv() => match received {
                     Ok(Some(n)) if n.channel() == self.probe_channel => {
                         if matches!(connection.probe, Probe::Sent { nonce, .. } if n.payload() == nonce.to_string()) {
