@@ -189,7 +189,7 @@ impl Drop for IsolatedWorker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_race_finalizes_once() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
     let task = create(
         store,
@@ -420,7 +420,7 @@ async fn lease_race_finalizes_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_extends_and_reports_loss_and_cancel() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
 
     // A held lease is extended.
@@ -654,7 +654,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_workers_exhaust_attempts() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
 
     let task = create(
@@ -837,7 +837,7 @@ async fn released_task_with_cancel_requested_is_not_rerun() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_keys() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
     let task = create(store, &owner, new_task("multi_input", json!({}))).await;
     let id = task.id;
@@ -1116,7 +1116,7 @@ async fn no_op_client_calls_release_their_row_lock() {
          WHERE l.locktype = 'transactionid' AND a.state = 'idle in transaction'
            AND a.datname = current_database()",
     )
-    .fetch_one(db.store.pool())
+    .fetch_one(&db.pool)
     .await
     .expect("locks");
     tokio::task::spawn_blocking(move || {
@@ -1140,7 +1140,7 @@ async fn no_op_client_calls_release_their_row_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_and_retention() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
 
     // A task without a ttl, held by a worker for the whole test.
@@ -1432,7 +1432,7 @@ async fn retained_ttl_covers_retention() {
              FROM c",
         )
         .bind(elapsed_us)
-        .fetch_one(db.store.pool())
+        .fetch_one(&db.pool)
         .await
         .expect("retained ttl");
         assert!(
@@ -1449,7 +1449,7 @@ async fn retained_ttl_covers_retention() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_owner_isolation() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
     let strangers = [
         Owner::new("acme", "bob"),
@@ -1618,7 +1618,7 @@ async fn concurrent_migrations() {
     let empty: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
     )
-    .fetch_one(stores[0].pool())
+    .fetch_one(&db.pool)
     .await
     .expect("tables");
     assert_eq!(empty, 0, "the scratch database is not empty");
@@ -1652,15 +1652,12 @@ async fn concurrent_migrations() {
         .collect();
     files.sort_unstable();
     assert!(!files.is_empty());
-    let embedded: Vec<i64> = mcp_tasks_store::MIGRATOR
-        .iter()
-        .map(|m| m.version)
-        .collect();
+    let embedded: Vec<i64> = mcp_tasks_store::migration_versions();
     assert_eq!(embedded, files, "embedded migrations differ from the files");
 
     let applied: Vec<(i64, bool)> =
         sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(stores[0].pool())
+            .fetch_all(&db.pool)
             .await
             .expect("_sqlx_migrations");
     assert_eq!(
@@ -1672,7 +1669,7 @@ async fn concurrent_migrations() {
     // Migrating again is a no-op, and the schema works.
     stores[3].migrate().await.expect("migrate again");
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
-        .fetch_one(stores[0].pool())
+        .fetch_one(&db.pool)
         .await
         .expect("count");
     assert_eq!(count, i64::try_from(files.len()).expect("len"));
@@ -1686,7 +1683,7 @@ async fn concurrent_migrations() {
     assert_eq!(found(&stores[2], &owner, task.id).await.id, task.id);
 
     for s in &stores {
-        s.pool().close().await;
+        s.close().await;
     }
 }
 
@@ -1717,7 +1714,7 @@ fn counting_registry() -> Registry {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_workers_each_task_once() {
     let db = TestDb::new().await;
-    let (store, pool) = (&db.store, db.store.pool());
+    let (store, pool) = (&db.store, &db.pool);
     let owner = alice();
     let registry = counting_registry();
 

@@ -4,6 +4,8 @@
 mod attacks;
 mod auth;
 mod benches;
+mod end_reasons;
+mod events;
 mod harness;
 mod leases;
 mod processes;

@@ -203,7 +203,7 @@ async fn restarted_replica_serves_the_same_snapshot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_worker_is_replaced_and_the_task_completes() {
     let db = TestDb::new().await;
-    let pool = db.store.pool().clone();
+    let pool = db.pool.clone();
     let replica = Proc::serve(&db.url, PACK, &[]).await;
     let client = Client::with_tasks(replica.url());
     let w1 = Proc::worker(&db.url, PACK, &worker_env("w1"));
@@ -268,7 +268,7 @@ async fn sigterm_worker_finishes_or_releases() {
 /// its (long) lease, and another worker starts it right away.
 async fn sigterm_releases_a_long_task() {
     let db = TestDb::new().await;
-    let pool = db.store.pool().clone();
+    let pool = db.pool.clone();
     let replica = Proc::serve(&db.url, PACK, &[]).await;
     let client = Client::with_tasks(replica.url());
     let long_lease = |id: &'static str| {
@@ -326,7 +326,7 @@ async fn sigterm_releases_a_long_task() {
 /// With the default grace, a task about to finish finishes before the worker exits.
 async fn sigterm_finishes_a_short_task() {
     let db = TestDb::new().await;
-    let pool = db.store.pool().clone();
+    let pool = db.pool.clone();
     let replica = Proc::serve(&db.url, PACK, &[]).await;
     let client = Client::with_tasks(replica.url());
     let w = Proc::worker(
@@ -364,7 +364,7 @@ async fn sigterm_finishes_a_short_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_working_input_required_and_terminal() {
     let db = TestDb::new().await;
-    let pool = db.store.pool().clone();
+    let pool = db.pool.clone();
     let replica = Proc::serve(&db.url, PACK, &[]).await;
     let client = Client::with_tasks(replica.url());
     // One slot: each task below can only run once the one before it has let go.
@@ -599,10 +599,9 @@ async fn migrate_subcommand_is_idempotent_and_concurrent() {
             .fetch_all(&mut fresh)
             .await
             .expect("reading _sqlx_migrations");
-    let expected: Vec<(i64, bool)> = mcp_tasks_store::MIGRATOR
-        .iter()
-        .filter(|m| !m.migration_type.is_down_migration())
-        .map(|m| (m.version, true))
+    let expected: Vec<(i64, bool)> = mcp_tasks_store::migration_versions()
+        .into_iter()
+        .map(|v| (v, true))
         .collect();
     assert_eq!(applied, expected, "each migration applied exactly once");
     fresh.close().await.expect("closing");

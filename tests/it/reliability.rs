@@ -10,6 +10,7 @@ use mcp_tasks_client::{Client, ClientError, is_terminal, status_of};
 use mcp_tasks_devdb::DevDatabase;
 use mcp_tasks_store::{PoolConfig, Store};
 use serde_json::{Value, json};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::Mutex;
 
 use crate::harness::procs::Proc;
@@ -18,7 +19,8 @@ use crate::harness::{Replica, TestDb, Worker, eventually, registry};
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A database of our own, so the test may stop and start the server.
-async fn own_database() -> (DevDatabase, Store) {
+/// A throwaway cluster, migrated, and a pool for checks in SQL.
+async fn own_database() -> (DevDatabase, PgPool) {
     let db = tokio::task::spawn_blocking(DevDatabase::start)
         .await
         .expect("join")
@@ -34,7 +36,13 @@ async fn own_database() -> (DevDatabase, Store) {
     .await
     .expect("connect");
     store.migrate().await.expect("migrate");
-    (db, store)
+    store.close().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_lazy(db.url())
+        .expect("pool");
+    (db, pool)
 }
 
 async fn get(url: &str) -> (u16, String) {
@@ -49,7 +57,7 @@ async fn get(url: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_restarts() {
-    let (mut db, store) = own_database().await;
+    let (mut db, pool) = own_database().await;
     let env = [
         ("MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", "1000"),
         ("MCP_TASKS_LEASE_MS", "1500"),
@@ -137,7 +145,7 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
         .expect("long task");
     assert_eq!(status_of(&long_done), "completed", "{long_done}");
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE lease_owner IS NOT NULL")
-        .fetch_one(store.pool())
+        .fetch_one(&pool)
         .await
         .expect("count");
     assert_eq!(held, 0);
@@ -189,7 +197,7 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
         assert!(err.to_string().contains("Idempotency-Key"), "{err}");
     }
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks")
-        .fetch_one(db.store.pool())
+        .fetch_one(&db.pool)
         .await
         .expect("count");
     assert_eq!(count, 1);
@@ -227,7 +235,7 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
     assert_eq!(one["content"], two["content"]);
     let carol_tasks: i64 =
         sqlx::query_scalar("SELECT count(*) FROM tasks WHERE principal = 'carol'")
-            .fetch_one(db.store.pool())
+            .fetch_one(&db.pool)
             .await
             .expect("count");
     assert_eq!(carol_tasks, 1);
@@ -470,7 +478,7 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
     let held: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM tasks WHERE lease_owner IS NOT NULL AND status <> 'working'",
     )
-    .fetch_one(db.store.pool())
+    .fetch_one(&db.pool)
     .await
     .expect("count");
     assert_eq!(held, 0);

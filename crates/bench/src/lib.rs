@@ -3,4 +3,5 @@
 
 pub mod notify_cost;
 pub mod push;
+mod scratch;
 mod stats;

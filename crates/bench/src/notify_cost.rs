@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_tasks_store::bench::ScratchDatabase;
-use mcp_tasks_store::{Lease, NewTask, Owner, PoolConfig, Store};
+use mcp_tasks_store::{Lease, NewTask, Owner, PoolConfig};
 use serde_json::{Map, json};
+
+use crate::scratch::{self, ScratchDatabase};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -61,12 +62,13 @@ pub async fn run(config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
         ..PoolConfig::default()
     };
     let db = ScratchDatabase::create(&config.database_url, &pool).await?;
-    let result = measure(config, &db.store, out).await;
+    let result = measure(config, &db, out).await;
     db.drop_database().await?;
     result
 }
 
-async fn measure(config: &Config, store: &Store, out: &mut dyn Write) -> anyhow::Result<()> {
+async fn measure(config: &Config, db: &ScratchDatabase, out: &mut dyn Write) -> anyhow::Result<()> {
+    let store = &db.store;
     let owner = Owner::new("bench", "bench");
     for _ in 0..config.tasks {
         store
@@ -104,8 +106,8 @@ async fn measure(config: &Config, store: &Store, out: &mut dyn Write) -> anyhow:
     let mut rates: Vec<(Design, Vec<f64>)> = Design::ALL.iter().map(|d| (*d, Vec::new())).collect();
     for round in 0..config.rounds {
         for (design, samples) in &mut rates {
-            prepare(store, *design, &owner, &leases).await?;
-            let rate = run_design(store, *design, &leases, config).await?;
+            prepare(db, *design, &owner, &leases).await?;
+            let rate = run_design(db, *design, &leases, config).await?;
             writeln!(
                 out,
                 "  round {}: {:<22} {:>8.0} transitions/s",
@@ -147,25 +149,24 @@ async fn measure(config: &Config, store: &Store, out: &mut dyn Write) -> anyhow:
 }
 
 async fn prepare(
-    store: &Store,
+    db: &ScratchDatabase,
     design: Design,
     owner: &Owner,
     leases: &[Lease],
 ) -> anyhow::Result<()> {
-    store
-        .bench_set_watch_trigger(matches!(design, Design::Unwatched | Design::AllWatched))
+    db.set_watch_trigger(matches!(design, Design::Unwatched | Design::AllWatched))
         .await?;
     let keys: Vec<_> = leases.iter().map(|l| (owner.clone(), l.id)).collect();
     if design == Design::AllWatched {
-        store.watch(&keys, 3_600_000).await?;
+        db.store.watch(&keys, 3_600_000).await?;
     } else {
-        store.unwatch_all().await?;
+        db.unwatch_all().await?;
     }
     Ok(())
 }
 
 async fn run_design(
-    store: &Store,
+    db: &ScratchDatabase,
     design: Design,
     leases: &Arc<Vec<Lease>>,
     config: &Config,
@@ -175,8 +176,13 @@ async fn run_design(
     let started = Instant::now();
     let mut clients = Vec::new();
     for c in 0..config.clients {
-        let (store, leases, stop, done) =
-            (store.clone(), leases.clone(), stop.clone(), done.clone());
+        let (store, sql, leases, stop, done) = (
+            db.store.clone(),
+            db.sql.clone(),
+            leases.clone(),
+            stop.clone(),
+            done.clone(),
+        );
         let clients_n = config.clients;
         clients.push(tokio::spawn(async move {
             // Each client owns a slice of the tasks, so clients never wait on each
@@ -193,7 +199,7 @@ async fn run_design(
                     "b"
                 };
                 let changed = if design == Design::NotifyAlways {
-                    store.bench_status_with_notify(lease, message).await?
+                    scratch::status_with_notify(&sql, lease, message).await?
                 } else {
                     store.set_status_message(lease, message).await?
                 };

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::stream::{self, StreamExt};
 use mcp_tasks_client::{Client, Subscription};
-use mcp_tasks_store::bench::ScratchDatabase;
 use mcp_tasks_store::{Lease, NewTask, Owner, PoolConfig, Store, TaskId};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Mutex, oneshot};
 
+use crate::scratch::{self, ScratchDatabase};
 use crate::stats::Summary;
 
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ pub async fn run(config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
             "push: replica pid {} at {}; {} streams, {} changes at {}/s, {} idle streams",
             replica.pid, replica.url, config.streams, config.changes, config.rate, config.idle_streams
         )?;
-        let raw = notify_baseline(&db.store, config.changes.min(2000), config.rate).await?;
+        let raw = notify_baseline(&db, config.changes.min(2000), config.rate).await?;
         let push = push_latency(config, &db.store, &replica.url).await?;
         writeln!(out, "push: baseline, bare NOTIFY to LISTEN, from statement sent:  {}", raw.from_sent)?;
         writeln!(out, "push: baseline, bare NOTIFY to LISTEN, from commit returned: {}", raw.from_commit)?;
@@ -184,9 +184,13 @@ impl Replica {
     }
 }
 
-async fn notify_baseline(store: &Store, samples: usize, rate: u32) -> anyhow::Result<Latencies> {
+async fn notify_baseline(
+    db: &ScratchDatabase,
+    samples: usize,
+    rate: u32,
+) -> anyhow::Result<Latencies> {
     let channel = "mcp_tasks_bench_raw";
-    let mut listener = store.listener(&[channel]).await?;
+    let mut listener = db.listener(channel).await?;
     let (tx, rx) = oneshot::channel();
     let receiver = tokio::spawn(async move {
         let mut got: HashMap<usize, Instant> = HashMap::new();
@@ -206,7 +210,7 @@ async fn notify_baseline(store: &Store, samples: usize, rate: u32) -> anyhow::Re
     let mut sent = HashMap::new();
     for i in 0..samples {
         let before = Instant::now();
-        store.notify(channel, &i.to_string()).await?;
+        scratch::notify(&db.sql, channel, &i.to_string()).await?;
         sent.insert(i, (before, Instant::now()));
         tokio::time::sleep(every).await;
     }

@@ -6,8 +6,9 @@
 
 use std::collections::HashMap;
 
-use mcp_tasks_store::chaos::AuditEvent;
 use time::OffsetDateTime;
+
+use crate::audit::AuditEvent;
 
 /// How many lost runs make a task fail with CRASH_RECOVERY (the tools' `max_attempts`).
 pub(crate) const MAX_ATTEMPTS: usize = 3;

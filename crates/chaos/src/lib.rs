@@ -9,6 +9,7 @@
 //! a run's sequence of scripts and chaos actions can be replayed (timing still varies).
 
 mod analysis;
+mod audit;
 mod driver;
 mod fleet;
 
@@ -27,6 +28,7 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::AuditDb;
 use crate::driver::{Api, Failure, Kind, Outcome, Script};
 use crate::fleet::{Fleet, Settings};
 
@@ -110,8 +112,10 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
     )
     .await?;
     store.migrate().await.context("migrating")?;
-    store
-        .chaos_install_audit()
+    store.close().await;
+    let audit_db = AuditDb::connect(db.url())?;
+    audit_db
+        .install()
         .await
         .context("installing the audit trigger")?;
 
@@ -167,7 +171,7 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
     let (db, mut chaos) = chaos_loop(
         &mut chaos_rng,
         &mut fleet,
-        &store,
+        &audit_db,
         db,
         config.duration,
         started,
@@ -203,11 +207,11 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
         lease_ms: config.lease_ms,
         ..Report::default()
     };
-    let census = store
-        .chaos_tasks()
+    let census = audit_db
+        .tasks()
         .await
         .context("listing the tasks in the database")?;
-    let events = store.chaos_events().await.context("reading the audit")?;
+    let events = audit_db.events().await.context("reading the audit")?;
     let histories = analysis::histories(&events);
     let explainer = analysis::Explainer {
         killed: &chaos.killed,
@@ -237,7 +241,7 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
         }
     }
 
-    let audit = store.chaos_audit().await.context("reading the audit")?;
+    let audit = audit_db.audit().await.context("reading the audit")?;
     report.double_finalized = audit.double_finalized;
     report.overwritten = audit.results_overwritten;
     report.left_terminal = audit.left_terminal;
@@ -272,7 +276,7 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
     }
 
     fleet.kill_all().await;
-    drop(store);
+    audit_db.close().await;
     tokio::task::spawn_blocking(move || drop(db)).await?;
     report.duration = started.elapsed();
 
@@ -480,7 +484,7 @@ impl Chaos {
 async fn chaos_loop(
     rng: &mut StdRng,
     fleet: &mut Fleet,
-    store: &Store,
+    audit_db: &AuditDb,
     mut db: DevDatabase,
     duration: Duration,
     t0: Instant,
@@ -522,7 +526,7 @@ async fn chaos_loop(
                 let i = rng.random_range(0..fleet.worker_count());
                 let down = Duration::from_millis(rng.random_range(200..=1500));
                 let id = fleet.worker_id(i);
-                let held = store.chaos_held_by(&id).await;
+                let held = audit_db.held_by(&id).await;
                 let before = OffsetDateTime::now_utc();
                 let name = fleet.kill_worker(i).await;
                 chaos
@@ -550,7 +554,7 @@ async fn chaos_loop(
                 tokio::time::sleep(down).await;
                 fleet.start_worker(i).await?;
             }
-            _ => match store.chaos_terminate_listeners().await {
+            _ => match audit_db.terminate_listeners().await {
                 Ok(n) => {
                     chaos.listener_kills += 1;
                     chaos.listeners_terminated += n;

@@ -1,6 +1,9 @@
 //! A private, throwaway PostgreSQL cluster for `mcp-tasks dev` (and for the tests when no
 //! `DATABASE_URL` is set): initdb into a temporary directory, start `postgres` on a free
 //! loopback port, delete everything on drop. Needs the PostgreSQL server binaries.
+//!
+//! Also the URL helper the harnesses share (the tests, the benchmarks and the chaos
+//! harness each make databases of their own on one server): [`with_database`].
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -263,5 +266,40 @@ fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
     use std::os::unix::process::CommandExt;
     if let Some((uid, gid)) = user {
         command.uid(uid).gid(gid);
+    }
+}
+
+/// `postgres://host/db?x` with another database name (the path replaced, the query kept).
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| i + scheme_end);
+    let mut out = format!("{}/{db}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn rewrites_database_names() {
+        assert_eq!(
+            with_database("postgres://u@h:5/postgres", "x"),
+            "postgres://u@h:5/x"
+        );
+        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+        assert_eq!(
+            with_database("postgres://u@h/db?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
     }
 }

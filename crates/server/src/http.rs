@@ -255,8 +255,8 @@ async fn mcp(
     }
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and lets
-/// in-flight requests finish.
+/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, lets
+/// in-flight requests finish, and stops the replica's own tasks, waiting for them.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -271,12 +271,17 @@ pub async fn serve(
         }
     });
     let app = router(state.clone());
-    axum::serve(listener, app)
+    let background = state.inner.background.clone();
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             state.shutdown().cancel();
         })
-        .await
+        .await;
+    // Every request has finished: nothing needs the hub or the waker any more.
+    background.stop();
+    background.tasks.wait().await;
+    served
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

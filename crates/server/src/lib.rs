@@ -25,10 +25,10 @@ mod trace;
 
 use std::sync::Arc;
 
-use mcp_tasks_store::Store;
-use mcp_tasks_store::notify::Waker;
+use mcp_tasks_store::{Store, Waker};
 use mcp_tasks_tools::Registry;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::limits::RateLimiter;
 use crate::push::hub::Hub;
@@ -60,18 +60,36 @@ struct Inner {
     waker: Waker,
     streams: Arc<StreamCounts>,
     rate: Option<RateLimiter>,
-    background: CancellationToken,
+    background: Background,
+}
+
+/// The replica's own tasks (the push hub's loops, the worker waker): they outlive the
+/// drain that `shutdown` starts (waits still in flight need the hub), and stop when the
+/// last handle on the state is gone, or when [`serve`] has finished serving.
+#[derive(Clone)]
+struct Background {
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Background {
+    fn stop(&self) {
+        self.stop.cancel();
+        self.tasks.close();
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.background.cancel();
+        self.background.stop();
     }
 }
 
 impl AppState {
     /// Builds the replica's state and starts its background tasks (the push hub and the
-    /// worker waker), which stop with `shutdown`. Must be called inside a Tokio runtime.
+    /// worker waker), which stop when [`serve`] is done or the last handle on the state
+    /// is dropped (not with `shutdown`: the drain it starts still needs them). Must be
+    /// called inside a Tokio runtime.
     pub fn new(
         store: Store,
         registry: Registry,
@@ -80,11 +98,22 @@ impl AppState {
         state_keys: StateKeys,
         shutdown: CancellationToken,
     ) -> Self {
-        // Background tasks outlive the drain that `shutdown` starts (waits still in flight
-        // need the hub), and stop when the last handle on this state is gone.
-        let background = CancellationToken::new();
-        let hub = Hub::start(store.clone(), config.hub.clone(), background.clone());
-        let waker = Waker::start(store.clone(), config.wake_interval, background.clone());
+        let background = Background {
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        };
+        let hub = Hub::start(
+            store.clone(),
+            config.hub.clone(),
+            &background.tasks,
+            background.stop.clone(),
+        );
+        let waker = Waker::start(
+            store.clone(),
+            config.wake_interval,
+            &background.tasks,
+            background.stop.clone(),
+        );
         let config_rate = config.rate_limit;
         Self {
             inner: Arc::new(Inner {

@@ -1,10 +1,11 @@
 //! What replicas do on behalf of clients: create, read, answer input, cancel.
 
+use mcp_tasks_wire::service_messages;
 use serde_json::{Map, Value};
 use sqlx::{Postgres, Transaction};
 
 use crate::record::TaskRow;
-use crate::{Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
+use crate::{DbResult, Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
 
 /// Columns every statement that finishes a task sets: clears the lease and the runnable
 /// mark, and raises ttl_ms so the task stays readable for its retention period.
@@ -92,11 +93,11 @@ pub enum CancelOutcome {
 
 impl Store {
     /// Creates a task and commits it, so it is readable from every replica as soon as
-    /// this returns. Wake the workers afterwards ([`crate::notify::Waker`]).
+    /// this returns. Wake the workers afterwards ([`crate::Waker`]).
     pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
         match self.create(owner, task, None).await? {
             Created::New(task) | Created::Existing(task) => Ok(task),
-            other => Err(StoreError::Corrupt(format!(
+            other => Err(StoreError::corrupt(format!(
                 "unlimited create refused: {other:?}"
             ))),
         }
@@ -155,7 +156,7 @@ impl Store {
             Some(i) => (Some(i.key.as_str()), Some(i.request_digest.as_str())),
             None => (None, None),
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.pool().begin().await.db()?;
         if max_in_flight.is_some() {
             // Creates of one owner take turns, so each counts what the previous ones
             // committed: without this, simultaneous creates all see the same count.
@@ -163,7 +164,8 @@ impl Store {
                 .bind(&owner.tenant)
                 .bind(&owner.principal)
                 .execute(&mut *tx)
-                .await?;
+                .await
+                .db()?;
         }
         let row: Option<TaskRow> = sqlx::query_as(sql)
             .bind(&owner.tenant)
@@ -182,8 +184,9 @@ impl Store {
             .bind(key)
             .bind(digest)
             .fetch_optional(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await
+            .db()?;
+        tx.commit().await.db()?;
         if let Some(row) = row {
             return Ok(Created::New(row.try_into()?));
         }
@@ -197,7 +200,8 @@ impl Store {
         .bind(&owner.principal)
         .bind(key)
         .fetch_optional(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(match existing {
             Some(row) if row.request_digest.as_deref() == Some(digest) => {
                 Created::Existing(row.try_into()?)
@@ -216,7 +220,8 @@ impl Store {
                 .bind(&owner.principal)
                 .bind(id.0)
                 .fetch_optional(self.pool())
-                .await?;
+                .await
+                .db()?;
         match row {
             Some(row) => Ok(Lookup::Found(row.try_into()?)),
             None => self.missing(self.pool(), owner, id).await,
@@ -239,7 +244,8 @@ impl Store {
         .bind(&owner.principal)
         .bind(id.0)
         .fetch_one(executor)
-        .await?;
+        .await
+        .db()?;
         Ok(if expired {
             Lookup::Expired
         } else {
@@ -260,7 +266,8 @@ impl Store {
         .bind(&owner.principal)
         .bind(id.0)
         .fetch_optional(&mut **tx)
-        .await?;
+        .await
+        .db()?;
         match row {
             Some(row) => Ok(Lookup::Found(row.try_into()?)),
             None => self.missing(&mut **tx, owner, id).await,
@@ -268,7 +275,7 @@ impl Store {
     }
 
     /// Applies answers to outstanding input requests, all or nothing, before returning.
-    /// When the outcome says `resumed`, wake the workers ([`crate::notify::Waker`]).
+    /// When the outcome says `resumed`, wake the workers ([`crate::Waker`]).
     ///
     /// `validate(key, request, response)` checks one answer against its request. Keys that
     /// are not outstanding are ignored without being validated.
@@ -283,15 +290,15 @@ impl Store {
         // Every path that changes nothing rolls back explicitly: a dropped transaction is
         // only rolled back once its connection is back in the pool, and until then the
         // row stays locked and claims skip the task.
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.pool().begin().await.db()?;
         let task = match self.lock_task(&mut tx, owner, id).await? {
             Lookup::Found(task) => task,
             Lookup::Expired => {
-                tx.rollback().await?;
+                tx.rollback().await.db()?;
                 return Ok(Lookup::Expired);
             }
             Lookup::NotFound => {
-                tx.rollback().await?;
+                tx.rollback().await.db()?;
                 return Ok(Lookup::NotFound);
             }
         };
@@ -301,7 +308,7 @@ impl Store {
         } = match plan_answers(task.input_requests, responses, &validate) {
             Ok(Some(plan)) => plan,
             nothing_to_do => {
-                tx.rollback().await?;
+                tx.rollback().await.db()?;
                 return Ok(Lookup::Found(nothing_to_do.map(|_| UpdateOutcome::Ignored)));
             }
         };
@@ -316,7 +323,7 @@ impl Store {
                 input_responses = input_responses || $6,
                 run_after = CASE WHEN $4 THEN now() ELSE NULL END,
                 attempt = CASE WHEN $4 THEN 0 ELSE attempt END,
-                status_message = CASE WHEN $4 THEN 'Input received; resuming' ELSE status_message END,
+                status_message = CASE WHEN $4 THEN $7 ELSE status_message END,
                 updated_at = now(),
                 version = version + 1
             WHERE tenant = $1 AND principal = $2 AND id = $3 AND status = 'input_required'
@@ -328,9 +335,11 @@ impl Store {
         .bind(resumed)
         .bind(Value::Object(outstanding))
         .bind(Value::Object(answered))
+        .bind(service_messages::INPUT_RECEIVED)
         .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .await
+        .db()?;
+        tx.commit().await.db()?;
         Ok(Lookup::Found(Ok(UpdateOutcome::Applied { keys, resumed })))
     }
 
@@ -338,20 +347,20 @@ impl Store {
     /// is flagged and its worker told. Finished tasks are left as they are.
     #[tracing::instrument(name = "db.task.cancel", skip_all, err(level = "debug"))]
     pub async fn cancel_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<CancelOutcome>> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.pool().begin().await.db()?;
         let task = match self.lock_task(&mut tx, owner, id).await? {
             Lookup::Found(task) => task,
             Lookup::Expired => {
-                tx.rollback().await?;
+                tx.rollback().await.db()?;
                 return Ok(Lookup::Expired);
             }
             Lookup::NotFound => {
-                tx.rollback().await?;
+                tx.rollback().await.db()?;
                 return Ok(Lookup::NotFound);
             }
         };
         if task.status.is_terminal() {
-            tx.rollback().await?;
+            tx.rollback().await.db()?;
             return Ok(Lookup::Found(CancelOutcome::AlreadyTerminal));
         }
 
@@ -364,7 +373,8 @@ impl Store {
         .bind(&owner.principal)
         .bind(id.0)
         .fetch_optional(&mut *tx)
-        .await?
+        .await
+        .db()?
         .unwrap_or(false);
 
         let outcome = if held {
@@ -383,13 +393,15 @@ impl Store {
             .bind(id.0)
             .bind(notify::CANCEL)
             .execute(&mut *tx)
-            .await?;
+            .await
+            .db()?;
             CancelOutcome::Requested
         } else {
             sqlx::query(concat!(
                 "UPDATE tasks SET
                      status = 'cancelled',
-                     status_message = 'Cancelled at the client''s request',
+                     end_reason = 'cancelled_by_client',
+                     status_message = NULL,
                      cancel_requested_at = coalesce(cancel_requested_at, now()),
                      ",
                 finish_columns!(),
@@ -400,10 +412,11 @@ impl Store {
             .bind(&owner.principal)
             .bind(id.0)
             .execute(&mut *tx)
-            .await?;
+            .await
+            .db()?;
             CancelOutcome::Cancelled
         };
-        tx.commit().await?;
+        tx.commit().await.db()?;
         Ok(Lookup::Found(outcome))
     }
 }

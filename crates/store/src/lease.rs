@@ -1,14 +1,14 @@
 //! What workers do: claim under a fenced lease, heartbeat, and write outcomes that only
 //! land while the lease is still theirs.
 
-use mcp_tasks_wire::ErrorObject;
+use mcp_tasks_wire::{ErrorObject, service_messages};
 use serde_json::{Map, Value};
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 
 use crate::client_ops::finish_columns;
 use crate::record::TaskRow;
-use crate::{Owner, Result, Store, TaskId, TaskRecord, notify};
+use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
 
 /// The guard on every worker write: the same lease (token), still working, not lapsed.
 macro_rules! fenced {
@@ -136,8 +136,8 @@ impl Store {
                 lease_expires_at = now() + $3 * interval '1 millisecond',
                 run_after = now() + $3 * interval '1 millisecond',
                 attempt = t.attempt + 1,
-                status_message = CASE WHEN t.attempt = 0 THEN 'Running'
-                    ELSE 'Running again (attempt ' || (t.attempt + 1) || '; an earlier worker was lost)' END,
+                status_message = CASE WHEN t.attempt = 0 THEN $4
+                    ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
                 updated_at = now(),
                 version = t.version + 1
             FROM candidates c
@@ -148,8 +148,11 @@ impl Store {
         .bind(worker)
         .bind(limit)
         .bind(lease_ms)
+        .bind(service_messages::RUNNING)
+        .bind(service_messages::RUNNING_AGAIN)
         .fetch_all(self.pool())
-        .await?;
+        .await
+        .db()?;
         rows.into_iter()
             .map(|r| {
                 let task: TaskRecord = r.row.try_into()?;
@@ -168,6 +171,8 @@ impl Store {
 
     /// Finishes runnable tasks that must not run again: cancellation was requested
     /// (cancelled), or their lease lapsed with every attempt used (failed, worker lost).
+    /// Both record their [`EndReason`](mcp_tasks_wire::service_messages::EndReason); what
+    /// clients read is composed from it.
     #[tracing::instrument(name = "db.lease.rescue", skip_all, err(level = "debug"))]
     pub async fn rescue_lapsed(&self, limit: i64) -> Result<RescueReport> {
         let statuses: Vec<String> = sqlx::query_scalar(concat!(
@@ -184,15 +189,10 @@ impl Store {
             )
             UPDATE tasks t SET
                 status = CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'failed' END,
-                error = CASE WHEN t.cancel_requested_at IS NOT NULL THEN NULL ELSE jsonb_build_object(
-                    'code', -32603,
-                    'message', 'Task failed: the worker running it was lost ' || t.attempt
-                        || ' time(s) and no attempts are left',
-                    'data', jsonb_build_object('reason', 'CRASH_RECOVERY', 'attempts', t.attempt)
-                ) END,
-                status_message = CASE WHEN t.cancel_requested_at IS NOT NULL
-                    THEN 'Cancelled at the client''s request'
-                    ELSE 'CRASH_RECOVERY: the worker running this task was lost' END,
+                end_reason = CASE WHEN t.cancel_requested_at IS NOT NULL
+                    THEN 'cancelled_by_client' ELSE 'crash_recovery' END,
+                error = NULL,
+                status_message = NULL,
             ",
             finish_columns!(),
             r"
@@ -203,7 +203,7 @@ impl Store {
         ))
         .bind(limit)
         .fetch_all(self.pool())
-        .await?;
+        .await.db()?;
         let cancelled = statuses.iter().filter(|s| *s == "cancelled").count() as u64;
         Ok(RescueReport {
             failed: statuses.len() as u64 - cancelled,
@@ -239,7 +239,7 @@ impl Store {
         .bind(&tokens)
         .bind(lease_ms)
         .fetch_all(self.pool())
-        .await?;
+        .await.db()?;
         Ok(rows
             .into_iter()
             .map(|(id, cancel_requested)| HeartbeatReply {
@@ -261,7 +261,8 @@ impl Store {
         .bind_lease(lease)
         .bind(message)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         if done.rows_affected() == 1 {
             return Ok(true);
         }
@@ -279,7 +280,8 @@ impl Store {
         .bind_lease(lease)
         .bind(checkpoint)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -287,7 +289,8 @@ impl Store {
         let done = sqlx::query(concat!(
             "UPDATE tasks SET
                  status = 'cancelled',
-                 status_message = 'Cancelled at the client''s request',
+                 end_reason = 'cancelled_by_client',
+                 status_message = NULL,
                  ",
             finish_columns!(),
             "
@@ -297,7 +300,8 @@ impl Store {
         ))
         .bind_lease(lease)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -307,7 +311,8 @@ impl Store {
             sqlx::query_scalar(concat!("SELECT true FROM tasks WHERE ", fenced!()))
                 .bind_lease(lease)
                 .fetch_optional(self.pool())
-                .await?;
+                .await
+                .db()?;
         Ok(held.is_some())
     }
 
@@ -347,7 +352,8 @@ impl Store {
         .bind(error)
         .bind(status_message)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -384,7 +390,8 @@ impl Store {
         .bind(status_message)
         .bind(checkpoint)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         if done.rows_affected() == 1 {
             return Ok(InputOutcome::Applied);
         }
@@ -397,7 +404,8 @@ impl Store {
         .bind_lease(lease)
         .bind(&keys)
         .fetch_optional(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(match why {
             None => InputOutcome::Stale,
             Some((true, _)) => InputOutcome::CancelRequested,
@@ -430,7 +438,8 @@ impl Store {
         .bind_lease(lease)
         .bind(notify::RUNNABLE)
         .fetch_optional(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(released.is_some())
     }
 }

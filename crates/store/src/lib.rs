@@ -6,13 +6,17 @@
 //! - Every worker-side write names the lease token it holds and the state it expects;
 //!   zero rows affected means the worker has lost the task and must drop its work.
 //! - Not found is a value ([`Lookup`]), not an error; errors are database failures.
+//! - LISTEN/NOTIFY is the store's too: statements notify, and [`Store::events`] hands out
+//!   what they said as typed [`Event`]s, on a connection the stream keeps alive itself.
+//!   Payloads are read in one place (`events.rs`).
+//! - Nothing of sqlx shows in the public API (`tests/checks/store-surface` checks it), so
+//!   only this crate depends on it.
 
-pub mod bench;
-pub mod chaos;
 mod client_ops;
+mod events;
 mod lease;
 mod maintenance;
-pub mod notify;
+mod notify;
 mod record;
 mod watch;
 
@@ -24,12 +28,23 @@ use sqlx::{PgPool, migrate::Migrator};
 pub use client_ops::{
     CancelOutcome, Created, Idempotency, InputValidationError, NewTask, UpdateOutcome,
 };
+pub use events::{Event, EventKind, Events, EventsConfig};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use maintenance::MaintenanceReport;
+pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
-pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+
+/// The versions of the embedded migrations, in the order they are applied.
+pub fn migration_versions() -> Vec<i64> {
+    MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .map(|m| m.version)
+        .collect()
+}
 
 /// Who owns a task. Every client-facing query is scoped by both parts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,32 +72,33 @@ pub enum Lookup<T> {
     NotFound,
 }
 
-impl<T> Lookup<T> {
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Lookup<U> {
-        match self {
-            Self::Found(t) => Lookup::Found(f(t)),
-            Self::Expired => Lookup::Expired,
-            Self::NotFound => Lookup::NotFound,
-        }
-    }
-}
+/// A database failure, or a stored task the store cannot read. The cause is the store's
+/// business; callers ask [`StoreError::is_unavailable`] to tell "try again later" from an
+/// internal error, and print it for the log.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StoreError(Repr);
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+enum Repr {
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
     #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(#[source] sqlx::migrate::MigrateError),
     #[error("stored task is inconsistent: {0}")]
     Corrupt(String),
 }
 
 impl StoreError {
+    pub(crate) fn corrupt(what: impl Into<String>) -> Self {
+        Self(Repr::Corrupt(what.into()))
+    }
+
     /// True when the database could not be reached at all (as opposed to a query that
     /// failed), so callers can answer "try again later" rather than "internal error".
     pub fn is_unavailable(&self) -> bool {
-        match self {
-            Self::Database(
+        match &self.0 {
+            Repr::Database(
                 sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
                 | sqlx::Error::Io(_)
@@ -91,12 +107,24 @@ impl StoreError {
             ) => true,
             // Connection exceptions (08), too many connections (53300), and the server
             // shutting down, restarting or not accepting yet (57P01..57P03).
-            Self::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
+            Repr::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
                 code.starts_with("08")
                     || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
             }),
             _ => false,
         }
+    }
+}
+
+/// `?` for sqlx results inside the store: no `From<sqlx::Error>` on the public error, so
+/// no sqlx type in the store's API.
+pub(crate) trait DbResult<T> {
+    fn db(self) -> Result<T>;
+}
+
+impl<T> DbResult<T> for std::result::Result<T, sqlx::Error> {
+    fn db(self) -> Result<T> {
+        self.map_err(|e| StoreError(Repr::Database(e)))
     }
 }
 
@@ -132,7 +160,7 @@ pub struct Store {
 
 impl Store {
     pub async fn connect(database_url: &str, config: &PoolConfig) -> Result<Self> {
-        let options: PgConnectOptions = database_url.parse()?;
+        let options: PgConnectOptions = database_url.parse().db()?;
         let options = options.application_name("mcp-tasks").options([(
             "statement_timeout",
             config.statement_timeout.as_millis().to_string(),
@@ -146,11 +174,7 @@ impl Store {
         Ok(Self { pool })
     }
 
-    pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
-    }
-
-    pub fn pool(&self) -> &PgPool {
+    pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
     }
 
@@ -159,13 +183,48 @@ impl Store {
     /// then find nothing to do.
     #[tracing::instrument(name = "db.migrate", skip_all, err(level = "debug"))]
     pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError(Repr::Migrate(e)))?;
         Ok(())
+    }
+
+    /// Closes every connection, waiting for those in use to be given back. Every clone of
+    /// this store is closed with it.
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 
     /// Readiness: the database answers a trivial query.
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.pool).await.db()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_what_failed_and_whether_to_retry() {
+        let down = Err::<(), _>(sqlx::Error::PoolTimedOut).db().unwrap_err();
+        assert!(down.is_unavailable());
+        assert_eq!(
+            down.to_string(),
+            format!("database error: {}", sqlx::Error::PoolTimedOut)
+        );
+        assert!(std::error::Error::source(&down).is_some());
+
+        let broken = Err::<(), _>(sqlx::Error::RowNotFound).db().unwrap_err();
+        assert!(!broken.is_unavailable());
+
+        let corrupt = StoreError::corrupt("task 1: status");
+        assert!(!corrupt.is_unavailable());
+        assert_eq!(
+            corrupt.to_string(),
+            "stored task is inconsistent: task 1: status"
+        );
     }
 }

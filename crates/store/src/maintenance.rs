@@ -2,7 +2,7 @@
 //! Safe to run from every worker at once: each batch skips rows another one has locked.
 
 use crate::client_ops::finish_columns;
-use crate::{Result, Store};
+use crate::{DbResult, Result, Store};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MaintenanceReport {
@@ -15,12 +15,13 @@ pub struct MaintenanceReport {
 }
 
 impl Store {
-    /// Fails live tasks whose ttlMs (counted from creation) has passed. A worker holding
-    /// one loses its lease at the same moment, because its writes require `working`.
+    /// Fails live tasks whose ttlMs (counted from creation) has passed, recording why
+    /// (`expired`: what clients read is composed from it). A worker holding one loses its
+    /// lease at the same moment, because its writes require `working`.
     #[tracing::instrument(name = "db.maintenance.expire", skip_all, err(level = "debug"))]
     pub async fn expire_overdue(&self, limit: i64) -> Result<u64> {
         let done = sqlx::query(concat!(
-            r#"
+            r"
             WITH overdue AS MATERIALIZED (
                 SELECT tenant, principal, id
                 FROM tasks
@@ -30,9 +31,10 @@ impl Store {
             )
             UPDATE tasks t SET
                 status = 'failed',
-                error = '{"code": -32603, "message": "Task has expired"}'::jsonb,
-                status_message = 'Task has expired',
-            "#,
+                end_reason = 'expired',
+                error = NULL,
+                status_message = NULL,
+            ",
             finish_columns!(),
             r"
             FROM overdue o
@@ -41,7 +43,8 @@ impl Store {
         ))
         .bind(limit)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected())
     }
 
@@ -70,7 +73,8 @@ impl Store {
         )
         .bind(limit)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected())
     }
 
@@ -95,7 +99,8 @@ impl Store {
         .bind(keep_ms)
         .bind(limit)
         .execute(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(done.rows_affected())
     }
 

@@ -1,6 +1,7 @@
-//! LISTEN/NOTIFY. Notifications are hints that carry ids at most; whoever receives one
-//! re-reads the database, and everyone also polls as a backstop, so a lost notification
-//! only costs latency.
+//! NOTIFY: the channels, their payloads, and the coalescing [`Waker`]. Notifications are
+//! hints that carry ids at most; whoever receives one (through [`crate::Events`]) re-reads
+//! the database, and everyone also polls as a backstop, so a lost notification only costs
+//! latency.
 //!
 //! NOTIFY is not free: PostgreSQL serialises the commits of notifying transactions on a
 //! cluster-wide lock (measured here: about 3.5k such commits per second). So:
@@ -10,26 +11,32 @@
 //! - "there is work" wake-ups are coalesced by a [`Waker`]: however many tasks a replica
 //!   creates, it sends at most one NOTIFY per interval;
 //! - cancellation of a running task notifies directly; it is rare.
+//!
+//! The payloads are written here and in the migrations' trigger, and read in one place:
+//! `Event::parse` in `events.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::{Result, Store};
+use crate::{DbResult, Result, Store};
 
-/// Something may be claimable: a task was created, resumed after input, or released.
-pub const RUNNABLE: &str = "mcp_tasks_runnable";
+/// Something may be claimable: a task was created, resumed after input, or released. The
+/// payload is empty.
+pub(crate) const RUNNABLE: &str = "mcp_tasks_runnable";
 
 /// Cancellation was requested for a leased task; the payload is its id.
-pub const CANCEL: &str = "mcp_tasks_cancel";
+pub(crate) const CANCEL: &str = "mcp_tasks_cancel";
 
-/// A watched task changed; the payload is `<id> <version>`.
-pub const CHANGED: &str = "mcp_tasks_changed";
+/// A watched task changed; the payload is `<id> <version>` (written by the trigger of
+/// migration `20261129000002_task_watches`).
+pub(crate) const CHANGED: &str = "mcp_tasks_changed";
 
-/// `application_name` of LISTEN connections.
+/// `application_name` of LISTEN connections, so operators (and the chaos harness, which
+/// kills them) can tell them from pool connections.
 pub const LISTENER_APPLICATION_NAME: &str = "mcp-tasks-listen";
 
 /// Coalesces "wake the workers" requests into at most one NOTIFY per interval.
@@ -39,27 +46,36 @@ pub struct Waker {
 }
 
 impl Waker {
-    /// Starts the waker's task; it stops with `shutdown`.
-    pub fn start(store: Store, every: Duration, shutdown: CancellationToken) -> Self {
+    /// Starts the waker's task on `tasks` (so that shutdown can wait for it); it stops
+    /// with `shutdown`, dropping a wake-up still pending then (workers poll anyway).
+    pub fn start(
+        store: Store,
+        every: Duration,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
         let pending = Arc::new(Notify::new());
         let waker = Self {
             pending: pending.clone(),
         };
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 tokio::select! {
                     () = pending.notified() => {}
                     () = shutdown.cancelled() => return,
                 }
-                if let Err(e) = sqlx::query("SELECT pg_notify($1, '')")
-                    .bind(RUNNABLE)
-                    .execute(store.pool())
-                    .await
-                {
+                let sent = tokio::select! {
+                    sent = store.notify(RUNNABLE, "") => sent,
+                    () = shutdown.cancelled() => return,
+                };
+                if let Err(e) = sent {
                     // Workers poll as a backstop; a lost wake-up costs latency only.
                     tracing::debug!(error = %e, "could not wake the workers");
                 }
-                tokio::time::sleep(every).await;
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    () = shutdown.cancelled() => return,
+                }
             }
         });
         waker
@@ -73,35 +89,14 @@ impl Waker {
 }
 
 impl Store {
-    /// A LISTEN connection of its own, outside the pool (a pool may close idle or old
-    /// connections, and a listener must never sit in the pool's queue).
-    pub async fn listener(&self, channels: &[&str]) -> Result<PgListener> {
-        // Named apart from pool connections, so operators (and tests) can find it.
-        let options = self
-            .pool()
-            .connect_options()
-            .as_ref()
-            .clone()
-            .application_name(LISTENER_APPLICATION_NAME);
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy_with(options);
-        let mut listener = PgListener::connect_with(&pool).await?;
-        listener.listen_all(channels.iter().copied()).await?;
-        Ok(listener)
-    }
-
-    /// Sends one notification (a probe of the listener, or a cancellation).
-    pub async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+    /// Sends one notification (a wake-up, or a stream's probe of its own connection).
+    pub(crate) async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(channel)
             .bind(payload)
             .execute(self.pool())
-            .await?;
+            .await
+            .db()?;
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! A task row as the rest of the service sees it.
 
+use mcp_tasks_wire::service_messages::EndReason;
 use mcp_tasks_wire::{ErrorObject, TaskStatus, TaskView};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -64,9 +65,22 @@ pub(crate) struct TaskRow {
     cancel_requested_at: Option<OffsetDateTime>,
     version: i64,
     pub(crate) request_digest: Option<String>,
+    end_reason: Option<String>,
 }
 
-/// A task as stored.
+/// The codes of `tasks.end_reason` (the migration's CHECK constraint lists the same).
+fn end_reason(code: &str) -> Option<EndReason> {
+    Some(match code {
+        "cancelled_by_client" => EndReason::CancelledByClient,
+        "expired" => EndReason::Expired,
+        "crash_recovery" => EndReason::CrashRecovery,
+        _ => return None,
+    })
+}
+
+/// A task as stored. A task the service ended on its own account has an `end_reason`,
+/// and its `status_message` and `error` are composed from it (`mcp_tasks_wire` has the
+/// words).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskRecord {
     pub owner: Owner,
@@ -95,20 +109,30 @@ pub struct TaskRecord {
     pub max_attempts: i32,
     pub cancel_requested_at: Option<OffsetDateTime>,
     pub version: i64,
+    pub end_reason: Option<EndReason>,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
 
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("task {}: {what}", row.id));
+        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
         let status = row.status.parse().map_err(|e: String| corrupt(&e))?;
-        let error = row
-            .error
-            .clone()
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|_| corrupt("error is not a JSON-RPC error object"))?;
+        let end_reason = row
+            .end_reason
+            .as_deref()
+            .map(|code| end_reason(code).ok_or_else(|| corrupt("unknown end_reason")))
+            .transpose()?;
+        let error = match row.error.clone() {
+            Some(error) => Some(
+                serde_json::from_value(error)
+                    .map_err(|_| corrupt("error is not a JSON-RPC error object"))?,
+            ),
+            None => end_reason.and_then(|r| r.error(row.attempt)),
+        };
+        let status_message = row
+            .status_message
+            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
         let input_requests = match row.input_requests.clone() {
             None => None,
             Some(Value::Object(m)) => Some(m),
@@ -127,7 +151,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             arguments: row.arguments,
             trace_context: row.trace_context,
             status,
-            status_message: row.status_message,
+            status_message,
             created_at: row.created_at,
             updated_at: row.updated_at,
             finished_at: row.finished_at,
@@ -147,6 +171,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             max_attempts: row.max_attempts,
             cancel_requested_at: row.cancel_requested_at,
             version: row.version,
+            end_reason,
         })
     }
 }

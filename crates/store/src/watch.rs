@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use crate::record::TaskRow;
-use crate::{Owner, Result, Store, TaskId, TaskRecord};
+use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord};
 
 /// Splits `(owner, id)` pairs into the three arrays `unnest` takes.
 fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
@@ -37,16 +37,7 @@ impl Store {
         .bind(&ids)
         .bind(ttl_ms)
         .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
-    /// Clears the marks (only for benchmarks: a replica never knows whether another one
-    /// still watches a task, so it lets its marks lapse instead).
-    pub async fn unwatch_all(&self) -> Result<()> {
-        sqlx::query("UPDATE tasks SET watched_until = NULL WHERE watched_until IS NOT NULL")
-            .execute(self.pool())
-            .await?;
+        .await.db()?;
         Ok(())
     }
 
@@ -69,7 +60,8 @@ impl Store {
         .bind(&principals)
         .bind(&ids)
         .fetch_all(self.pool())
-        .await?;
+        .await
+        .db()?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
@@ -90,7 +82,8 @@ impl Store {
         .bind(&principals)
         .bind(&ids)
         .fetch_all(self.pool())
-        .await?;
+        .await
+        .db()?;
         Ok(rows.into_iter().map(|(id, v)| (TaskId(id), v)).collect())
     }
 }

@@ -12,6 +12,7 @@ pub mod jsonrpc;
 pub mod meta;
 pub mod results;
 pub mod secret;
+pub mod service_messages;
 pub mod strict;
 pub mod tasks;
 pub mod time_fmt;

@@ -10,6 +10,7 @@ use mcp_tasks_tools::{
     BoxFuture, ContextError, Outcome, TaskSink, ToolContext, ToolError, ToolResult,
 };
 use mcp_tasks_wire::json::replace_nul;
+use mcp_tasks_wire::service_messages::EndReason;
 use mcp_tasks_wire::{ErrorObject, codes};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
@@ -230,7 +231,7 @@ async fn run(
     let message = match &finish {
         Finish::Completed(_) => "Completed",
         Finish::Failed(_) => "Failed",
-        Finish::Cancelled => "Cancelled at the client's request",
+        Finish::Cancelled => EndReason::CancelledByClient.status_message(),
     };
     record(shared, &lease, finish, Some(message)).await;
 }

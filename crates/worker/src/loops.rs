@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks_store::{TaskId, notify};
+use mcp_tasks_store::{Event, EventKind, EventsConfig, TaskId};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -119,53 +119,28 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-/// LISTENs for runnable work and cancellations. Notifications are only hints: the claim
-/// loop polls and heartbeats carry cancellation flags, so a lost one costs latency only.
+/// Follows the store's events for runnable work and cancellations. They are only hints:
+/// the claim loop polls and heartbeats carry cancellation flags, so a lost one costs
+/// latency only.
 pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
-    let mut delay = Duration::from_millis(200);
+    let mut events = shared.store.events(
+        &[EventKind::Runnable, EventKind::CancelRequested],
+        EventsConfig::default(),
+    );
     loop {
-        let mut listener = match shared
-            .store
-            .listener(&[notify::RUNNABLE, notify::CANCEL])
-            .await
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "LISTEN connection failed; relying on polling");
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = shutdown.cancelled() => return,
-                }
-                delay = (delay * 2).min(Duration::from_secs(5));
-                continue;
-            }
+        let event = tokio::select! {
+            event = events.next() => event,
+            () = shutdown.cancelled() => return,
         };
-        delay = Duration::from_millis(200);
-        // Anything sent while we were not listening is unknown: look for work now.
-        shared.wake.notify_one();
-        loop {
-            let next = tokio::select! {
-                n = listener.try_recv() => n,
-                () = shutdown.cancelled() => return,
-            };
-            match next {
-                Ok(Some(n)) if n.channel() == notify::CANCEL => {
-                    if let Some(id) = uuid::Uuid::try_parse(n.payload()).ok().map(TaskId)
-                        && shared.stop_task(id, None, StopReason::CancelRequested)
-                    {
-                        tracing::info!(task = %id, "cancellation requested (notified); stopping the run");
-                    }
-                }
-                Ok(Some(_)) => shared.wake.notify_one(),
-                Ok(None) => {
-                    tracing::warn!("LISTEN connection lost; reconnecting");
-                    shared.wake.notify_one();
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
-                    break;
+        match event {
+            Event::CancelRequested(id) => {
+                if shared.stop_task(id, None, StopReason::CancelRequested) {
+                    tracing::info!(task = %id, "cancellation requested (notified); stopping the run");
                 }
             }
+            // After a gap anything may have become claimable: look for work now.
+            Event::Runnable | Event::Resync => shared.wake.notify_one(),
+            Event::Changed { .. } => {}
         }
     }
 }

@@ -9,15 +9,18 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use mcp_tasks_store::bench::with_database;
+use mcp_tasks_devdb::with_database;
 use mcp_tasks_store::{PoolConfig, Store};
 use sqlx::Connection;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 
 /// A database that is dropped when the test ends.
 pub(crate) struct TestDb {
     pub(crate) url: String,
     pub(crate) store: Store,
+    /// A pool of the test's own, for checks in SQL that the store API does not offer
+    /// (the store's pool is its own business).
+    pub(crate) pool: PgPool,
     name: String,
     admin_url: String,
 }
@@ -98,9 +101,14 @@ impl TestDb {
         )
         .await
         .expect("connect");
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_lazy(&url)
+            .expect("test pool");
         Self {
             url,
             store,
+            pool,
             name,
             admin_url,
         }

@@ -2,26 +2,29 @@
 //!
 //! One hub per replica. Streams (and synchronous waits) subscribe to tasks; the hub
 //! marks them watched (`tasks.watched_until`), so changes to them NOTIFY `mcp_tasks_changed`
-//! (`<id> <version>`), which the hub hears on its own LISTEN connection. It then reads
+//! (`<id> <version>`), which the hub hears through the store's event stream (one LISTEN
+//! connection of its own, see `mcp_tasks_store::Events`). It then reads
 //! each changed task once, however many local streams wait on it, and publishes the
 //! snapshot on a `watch` channel: a slow stream only ever sees the latest snapshot, so
 //! nothing queues up behind it.
 //!
-//! Notifications are hints. The hub also re-reads versions every few seconds, re-reads
-//! everything after its LISTEN connection is replaced, and probes that connection by
-//! notifying itself, so a lost notification or a silently dead connection costs latency,
-//! never a missed final state.
+//! Notifications are hints. The hub also re-reads versions every few seconds, and
+//! re-reads everything whenever the stream resynchronises (after its connection was
+//! replaced, which its self-probe also does to a silently dead one), so a lost
+//! notification or a broken connection costs latency, never a missed final state.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use mcp_tasks_store::{Owner, Store, StoreError, TaskId, TaskRecord, notify};
+use mcp_tasks_store::{
+    Event, EventKind, EventsConfig, Owner, Store, StoreError, TaskId, TaskRecord,
+};
 use mcp_tasks_wire::TaskStatus;
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, watch};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Timings of the hub's loops.
 #[derive(Debug, Clone)]
@@ -32,7 +35,8 @@ pub struct HubConfig {
     pub refresh_every: Duration,
     /// How often versions are re-read as a backstop for lost notifications.
     pub backstop_every: Duration,
-    /// How often the LISTEN connection is probed, and how long a probe may take.
+    /// How often the LISTEN connection is probed, and how long a probe may take (see
+    /// `mcp_tasks_store::EventsConfig`).
     pub probe_every: Duration,
     pub probe_timeout: Duration,
 }
@@ -88,7 +92,6 @@ struct Entry {
 
 struct Inner {
     store: Store,
-    replica: String,
     config: HubConfig,
     entries: Mutex<HashMap<TaskId, Entry>>,
     dirty: Mutex<HashSet<TaskId>>,
@@ -107,6 +110,11 @@ impl Inner {
         if dirty.len() > before {
             self.dirty_ready.notify_one();
         }
+    }
+
+    /// Whether this replica watches task `id` and has a version older than `version`.
+    fn is_older(&self, id: TaskId, version: i64) -> bool {
+        self.entries().get(&id).is_some_and(|e| e.version < version)
     }
 
     fn keys(&self) -> Vec<(Owner, TaskId)> {
@@ -176,20 +184,24 @@ impl Drop for WatchGuard {
 }
 
 impl Hub {
-    /// Starts the hub's loops; they stop with `shutdown`.
-    pub(crate) fn start(store: Store, config: HubConfig, shutdown: CancellationToken) -> Self {
-        let replica = format!("replica-{}", uuid::Uuid::new_v4().simple());
+    /// Starts the hub's loops on `tasks` (so that shutdown can wait for them); they stop
+    /// with `shutdown`.
+    pub(crate) fn start(
+        store: Store,
+        config: HubConfig,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
         let inner = Arc::new(Inner {
             store,
-            replica,
             config,
             entries: Mutex::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
             dirty_ready: Notify::new(),
         });
-        tokio::spawn(listen_loop(inner.clone(), shutdown.clone()));
-        tokio::spawn(fetch_loop(inner.clone(), shutdown.clone()));
-        tokio::spawn(upkeep_loop(inner.clone(), shutdown));
+        tasks.spawn(listen_loop(inner.clone(), shutdown.clone()));
+        tasks.spawn(fetch_loop(inner.clone(), shutdown.clone()));
+        tasks.spawn(upkeep_loop(inner.clone(), shutdown));
         Self { inner }
     }
 
@@ -277,92 +289,38 @@ impl Hub {
     }
 }
 
+/// Follows the store's change events: a change to a task this replica watches (and has
+/// an older version of) marks it dirty; a resync marks everything dirty.
 async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
-    let probe_channel = format!("mcp_tasks_probe_{}", inner.replica.replace('-', "_"));
-    let mut backoff = Duration::from_millis(100);
+    let mut events = inner.store.events(
+        &[EventKind::Changed],
+        EventsConfig {
+            probe_every: inner.config.probe_every,
+            probe_timeout: inner.config.probe_timeout,
+        },
+    );
     loop {
-        let channels = [notify::CHANGED, probe_channel.as_str()];
-        let connected = tokio::select! {
-            l = inner.store.listener(&channels) => l,
+        let event = tokio::select! {
+            event = events.next() => event,
             () = shutdown.cancelled() => return,
         };
-        let mut listener = match connected {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "push: LISTEN connection failed");
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = shutdown.cancelled() => return,
+        match event {
+            Event::Changed { id, version } => {
+                if inner.is_older(id, version) {
+                    inner.mark_dirty([id]);
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
             }
-        };
-        backoff = Duration::from_millis(100);
-        // Whatever happened while we were not listening: read everything again.
-        let watched: Vec<TaskId> = inner.entries().keys().copied().collect();
-        tracing::info!(
-            watched = watched.len(),
-            "push: listening; re-reading watched tasks"
-        );
-        inner.mark_dirty(watched);
-
-        let mut probe: Option<(u64, Instant)> = None;
-        let mut next_probe = Instant::now() + inner.config.probe_every;
-        let mut nonce: u64 = 0;
-        loop {
-            let deadline = match probe {
-                Some((_, sent)) => sent + inner.config.probe_timeout,
-                None => next_probe,
-            };
-            tokio::select! {
-                received = listener.try_recv() => match received {
-                    Ok(Some(n)) if n.channel() == notify::CHANGED => {
-                        if let Some(id) = changed_task(&inner, n.payload()) {
-                            inner.mark_dirty([id]);
-                        }
-                    }
-                    Ok(Some(n)) => {
-                        if probe.is_some_and(|(sent, _)| n.payload() == sent.to_string()) {
-                            probe = None;
-                            next_probe = Instant::now() + inner.config.probe_every;
-                        }
-                    }
-                    Ok(None) => {
-                        tracing::warn!("push: LISTEN connection lost; reconnecting");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "push: LISTEN connection failed; reconnecting");
-                        break;
-                    }
-                },
-                () = tokio::time::sleep_until(deadline) => {
-                    if probe.is_some() {
-                        tracing::warn!("push: LISTEN connection did not hear its own probe; replacing it");
-                        break;
-                    }
-                    nonce += 1;
-                    probe = Some((nonce, Instant::now()));
-                    if let Err(e) = inner.store.notify(&probe_channel, &nonce.to_string()).await {
-                        tracing::debug!(error = %e, "push: could not send a probe");
-                    }
-                }
-                () = shutdown.cancelled() => return,
+            Event::Resync => {
+                let watched: Vec<TaskId> = inner.entries().keys().copied().collect();
+                tracing::debug!(
+                    watched = watched.len(),
+                    "push: resynchronising; re-reading watched tasks"
+                );
+                inner.mark_dirty(watched);
             }
+            Event::Runnable | Event::CancelRequested(_) => {}
         }
     }
-}
-
-/// The task of a `<id> <version>` payload, if this replica watches it and has an older
-/// version.
-fn changed_task(inner: &Inner, payload: &str) -> Option<TaskId> {
-    let (id, version) = payload.split_once(' ')?;
-    let id = TaskId(uuid::Uuid::try_parse(id).ok()?);
-    let version: i64 = version.parse().ok()?;
-    let entries = inner.entries();
-    let entry = entries.get(&id)?;
-    (version > entry.version).then_some(id)
 }
 
 /// Reads dirty tasks in batches: one query however many notifications arrived.

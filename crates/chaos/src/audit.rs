@@ -1,39 +1,44 @@
-//! SQL used only by the chaos harness (`mcp-tasks chaos`): an audit trail of task
-//! transitions, installed in the harness's own database, and the checks made on it.
+//! The harness's own SQL: an audit trail of task transitions, installed only in the
+//! harness's throwaway database, the checks made on it, and killing LISTEN backends. None
+//! of it belongs in the shipped store, so the harness talks to PostgreSQL directly here.
 
+use std::time::Duration;
+
+use mcp_tasks_store::{LISTENER_APPLICATION_NAME, TaskId};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{Result, Store, TaskId};
+type Result<T> = std::result::Result<T, sqlx::Error>;
 
 /// What the audit trail says about the whole run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Audit {
+pub(crate) struct Audit {
     /// Tasks that entered a terminal status more than once.
-    pub double_finalized: i64,
+    pub(crate) double_finalized: i64,
     /// Updates that replaced a stored result.
-    pub results_overwritten: i64,
+    pub(crate) results_overwritten: i64,
     /// Updates that moved a task out of a terminal status.
-    pub left_terminal: i64,
+    pub(crate) left_terminal: i64,
     /// Leases still held.
-    pub leases_held: i64,
+    pub(crate) leases_held: i64,
     /// Claims made (first runs, re-runs after input, and reclaims).
-    pub claims: i64,
+    pub(crate) claims: i64,
 }
 
 /// One row of the audit trail: `finished` (with the status entered), `left_terminal`,
 /// `result_overwritten`, or `claimed` (with the new lease token and owner).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditEvent {
-    pub id: TaskId,
-    pub event: String,
-    pub status: Option<String>,
-    pub lease_token: Option<i64>,
-    pub lease_owner: Option<String>,
+pub(crate) struct AuditEvent {
+    pub(crate) id: TaskId,
+    pub(crate) event: String,
+    pub(crate) status: Option<String>,
+    pub(crate) lease_token: Option<i64>,
+    pub(crate) lease_owner: Option<String>,
     /// The owner of a lease this event took over without it being given back (a
     /// reclaim, or a finish after the lease lapsed): that owner's run was lost.
-    pub lapsed_owner: Option<String>,
-    pub at: OffsetDateTime,
+    pub(crate) lapsed_owner: Option<String>,
+    pub(crate) at: OffsetDateTime,
 }
 
 #[derive(sqlx::FromRow)]
@@ -47,9 +52,28 @@ struct AuditRow {
     at: OffsetDateTime,
 }
 
-impl Store {
+/// The harness's connection to its database. The pool outlives the PostgreSQL restart:
+/// connections that died with the server are replaced before they are handed out.
+pub(crate) struct AuditDb {
+    pool: PgPool,
+}
+
+impl AuditDb {
+    pub(crate) fn connect(url: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(2))
+            .test_before_acquire(true)
+            .connect_lazy(url)?;
+        Ok(Self { pool })
+    }
+
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// Installs the audit trigger. Only ever in a database made for the harness.
-    pub async fn chaos_install_audit(&self) -> Result<()> {
+    pub(crate) async fn install(&self) -> Result<()> {
         for statement in [
             r"CREATE TABLE IF NOT EXISTS chaos_audit (
                 seq bigserial PRIMARY KEY,
@@ -85,12 +109,12 @@ impl Store {
             "DROP TRIGGER IF EXISTS chaos_audit ON tasks",
             "CREATE TRIGGER chaos_audit AFTER UPDATE ON tasks FOR EACH ROW EXECUTE FUNCTION chaos_audit_tasks()",
         ] {
-            sqlx::query(statement).execute(self.pool()).await?;
+            sqlx::query(statement).execute(&self.pool).await?;
         }
         Ok(())
     }
 
-    pub async fn chaos_audit(&self) -> Result<Audit> {
+    pub(crate) async fn audit(&self) -> Result<Audit> {
         let (double_finalized, results_overwritten, left_terminal, leases_held, claims): (
             i64,
             i64,
@@ -109,7 +133,7 @@ impl Store {
                 (SELECT count(*) FROM chaos_audit WHERE event = 'claimed')
             ",
         )
-        .fetch_one(self.pool())
+        .fetch_one(&self.pool)
         .await?;
         Ok(Audit {
             double_finalized,
@@ -121,17 +145,17 @@ impl Store {
     }
 
     /// The tasks a worker holds now, with their lease tokens, and the database's clock.
-    pub async fn chaos_held_by(
+    pub(crate) async fn held_by(
         &self,
         worker: &str,
     ) -> Result<(OffsetDateTime, Vec<(TaskId, i64)>)> {
         let now: OffsetDateTime = sqlx::query_scalar("SELECT clock_timestamp()")
-            .fetch_one(self.pool())
+            .fetch_one(&self.pool)
             .await?;
         let held: Vec<(Uuid, i64)> =
             sqlx::query_as("SELECT id, lease_token FROM tasks WHERE lease_owner = $1")
                 .bind(worker)
-                .fetch_all(self.pool())
+                .fetch_all(&self.pool)
                 .await?;
         Ok((
             now,
@@ -139,25 +163,10 @@ impl Store {
         ))
     }
 
-    /// When the task was next claimed after the lease with `token`, if it was.
-    pub async fn chaos_reclaimed_at(
-        &self,
-        id: TaskId,
-        token: i64,
-    ) -> Result<Option<OffsetDateTime>> {
-        Ok(sqlx::query_scalar(
-            "SELECT min(at) FROM chaos_audit WHERE id = $1 AND event = 'claimed' AND lease_token > $2",
-        )
-        .bind(id.0)
-        .bind(token)
-        .fetch_one(self.pool())
-        .await?)
-    }
-
     /// Every task in the database, with its status.
-    pub async fn chaos_tasks(&self) -> Result<Vec<(TaskId, String)>> {
+    pub(crate) async fn tasks(&self) -> Result<Vec<(TaskId, String)>> {
         let rows: Vec<(Uuid, String)> = sqlx::query_as("SELECT id, status FROM tasks")
-            .fetch_all(self.pool())
+            .fetch_all(&self.pool)
             .await?;
         Ok(rows
             .into_iter()
@@ -166,12 +175,12 @@ impl Store {
     }
 
     /// The whole audit trail, in the order it was written.
-    pub async fn chaos_events(&self) -> Result<Vec<AuditEvent>> {
+    pub(crate) async fn events(&self) -> Result<Vec<AuditEvent>> {
         let rows: Vec<AuditRow> = sqlx::query_as(
             "SELECT id, event, status, lease_token, lease_owner, lapsed_owner, at
              FROM chaos_audit ORDER BY seq",
         )
-        .fetch_all(self.pool())
+        .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .into_iter()
@@ -188,13 +197,13 @@ impl Store {
     }
 
     /// Ends every LISTEN connection of the database, as a network blip or a failover would.
-    pub async fn chaos_terminate_listeners(&self) -> Result<u64> {
+    pub(crate) async fn terminate_listeners(&self) -> Result<u64> {
         let killed: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE application_name = $1 AND datname = current_database()",
         )
-        .bind(crate::notify::LISTENER_APPLICATION_NAME)
-        .fetch_all(self.pool())
+        .bind(LISTENER_APPLICATION_NAME)
+        .fetch_all(&self.pool)
         .await?;
         Ok(killed.into_iter().filter(|k| *k).count() as u64)
     }
