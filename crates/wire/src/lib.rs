@@ -9,6 +9,7 @@ pub mod error;
 pub mod headers;
 pub mod json;
 pub mod jsonrpc;
+pub mod listen;
 pub mod meta;
 pub mod results;
 pub mod secret;
