@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use mcp_tasks_store::{Lease, NewTask, Owner, PoolConfig};
 use serde_json::{Map, json};
+use tokio::task::JoinSet;
 
 use crate::scratch::{self, ScratchDatabase};
 
@@ -174,7 +175,7 @@ async fn run_design(
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let mut clients = Vec::new();
+    let mut clients = JoinSet::new();
     for c in 0..config.clients {
         let (store, sql, leases, stop, done) = (
             db.store.clone(),
@@ -184,7 +185,7 @@ async fn run_design(
             done.clone(),
         );
         let clients_n = config.clients;
-        clients.push(tokio::spawn(async move {
+        clients.spawn(async move {
             // Each client owns a slice of the tasks, so clients never wait on each
             // other's row locks: only the commit path is shared.
             let mine: Vec<&Lease> = leases.iter().skip(c).step_by(clients_n).collect();
@@ -208,13 +209,13 @@ async fn run_design(
                 done.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())
-        }));
+        });
     }
     tokio::time::sleep(Duration::from_secs_f64(config.seconds)).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed();
-    for c in clients {
-        c.await??;
+    while let Some(joined) = clients.join_next().await {
+        joined??;
     }
     Ok(done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64())
 }

@@ -24,6 +24,7 @@ use mcp_tasks_store::{Lease, NewTask, Owner, PoolConfig, Store, TaskId};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Mutex, oneshot};
+use tokio::task::JoinSet;
 
 use crate::scratch::{self, ScratchDatabase};
 use crate::stats::Summary;
@@ -117,6 +118,7 @@ struct Replica {
     pid: u32,
     url: String,
     addr: String,
+    _logs: JoinSet<()>,
 }
 
 impl Replica {
@@ -139,7 +141,9 @@ impl Replica {
         let pid = child.id().context("replica pid")?;
         let stderr = child.stderr.take().context("replica stderr")?;
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
+        // Owned by the Replica: it reads stderr until the process ends or is dropped.
+        let mut logs = JoinSet::new();
+        logs.spawn(async move {
             let mut tx = Some(tx);
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
@@ -163,6 +167,7 @@ impl Replica {
             pid,
             url: format!("http://{addr}/mcp"),
             addr,
+            _logs: logs,
         })
     }
 
@@ -192,7 +197,8 @@ async fn notify_baseline(
     let channel = "mcp_tasks_bench_raw";
     let mut listener = db.listener(channel).await?;
     let (tx, rx) = oneshot::channel();
-    let receiver = tokio::spawn(async move {
+    let mut receiver = JoinSet::new();
+    receiver.spawn(async move {
         let mut got: HashMap<usize, Instant> = HashMap::new();
         while got.len() < samples {
             match tokio::time::timeout(Duration::from_secs(10), listener.recv()).await {
@@ -215,7 +221,9 @@ async fn notify_baseline(
         tokio::time::sleep(every).await;
     }
     let got = rx.await?;
-    receiver.await?;
+    while let Some(joined) = receiver.join_next().await {
+        joined?;
+    }
     Latencies::of(&sent, &got).context("no NOTIFY was received")
 }
 
@@ -326,10 +334,10 @@ async fn push_latency(config: &Config, store: &Store, url: &str) -> anyhow::Resu
     let subscriptions = open_streams(url, &ids).await?;
 
     let arrivals: Arc<Mutex<HashMap<usize, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let mut readers = Vec::new();
+    let mut readers = JoinSet::new();
     for (_, mut sub) in subscriptions {
         let arrivals = arrivals.clone();
-        readers.push(tokio::spawn(async move {
+        readers.spawn(async move {
             while let Ok(Some(frame)) = sub.next().await {
                 let at = Instant::now();
                 if let Some(seq) = frame
@@ -341,7 +349,7 @@ async fn push_latency(config: &Config, store: &Store, url: &str) -> anyhow::Resu
                     arrivals.lock().await.insert(seq, at);
                 }
             }
-        }));
+        });
     }
 
     // Changes go out at a steady rate from a few writers, round-robin over the tasks.
@@ -351,12 +359,12 @@ async fn push_latency(config: &Config, store: &Store, url: &str) -> anyhow::Resu
     let next = Arc::new(AtomicUsize::new(0));
     let start = tokio::time::Instant::now();
     let every = Duration::from_secs_f64(1.0 / f64::from(config.rate.max(1)));
-    let mut writers = Vec::new();
+    let mut writers = JoinSet::new();
     for _ in 0..8 {
         let (store, leases, commits, next) =
             (store.clone(), leases.clone(), commits.clone(), next.clone());
         let changes = config.changes;
-        writers.push(tokio::spawn(async move {
+        writers.spawn(async move {
             loop {
                 let seq = next.fetch_add(1, Ordering::Relaxed);
                 if seq >= changes {
@@ -372,18 +380,16 @@ async fn push_latency(config: &Config, store: &Store, url: &str) -> anyhow::Resu
                 anyhow::ensure!(changed, "the bench lost a lease");
                 commits.lock().await.insert(seq, (before, after));
             }
-        }));
+        });
     }
-    for w in writers {
-        w.await??;
+    while let Some(joined) = writers.join_next().await {
+        joined??;
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while arrivals.lock().await.len() < config.changes && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    for r in &readers {
-        r.abort();
-    }
+    readers.abort_all();
     let arrivals = arrivals.lock().await;
     let commits = commits.lock().await;
     Ok(PushResult {

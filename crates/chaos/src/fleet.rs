@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 
 /// Most ERROR lines kept for the report.
 const KEPT_ERRORS: usize = 20;
@@ -54,6 +55,9 @@ pub(crate) struct LogStats {
     pub(crate) error: AtomicU64,
     /// The first ERROR lines, with the process name.
     pub(crate) errors: Mutex<Vec<String>>,
+    /// The tasks reading each process's stderr: each ends when its process does, and
+    /// [`Fleet::kill_all`] waits for them.
+    readers: TaskTracker,
 }
 
 #[derive(Debug)]
@@ -198,6 +202,9 @@ impl Fleet {
         for p in self.replicas.iter_mut().chain(self.workers.iter_mut()) {
             kill(p).await;
         }
+        // Their stderr is closed now; a reader still going is only finishing its buffer.
+        self.logs.readers.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.logs.readers.wait()).await;
     }
 }
 
@@ -286,7 +293,8 @@ async fn spawn(settings: &Settings, logs: &Arc<LogStats>, p: &Proc) -> anyhow::R
     let stderr = child.stderr.take().context("no stderr pipe")?;
     let (tx, rx) = oneshot::channel();
     let listening = (p.role == Role::Replica).then_some(tx);
-    tokio::spawn(forward_logs(p.name(), stderr, logs.clone(), listening));
+    logs.readers
+        .spawn(forward_logs(p.name(), stderr, logs.clone(), listening));
     if p.role == Role::Replica {
         let addr = match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(addr)) => addr,

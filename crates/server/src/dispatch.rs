@@ -3,7 +3,7 @@
 use axum::http::HeaderMap;
 use mcp_tasks_store::Owner;
 use mcp_tasks_wire::headers::{self, RoutingHeaders};
-use mcp_tasks_wire::results::{CacheHint, discover_result};
+use mcp_tasks_wire::results::{CacheHint, discover_result, list_result};
 use mcp_tasks_wire::{ErrorObject, Request, RequestMeta, SUPPORTED_VERSIONS};
 use serde_json::{Map, Value, json};
 
@@ -122,16 +122,7 @@ pub(crate) async fn handle(
 }
 
 fn discover(state: &AppState) -> Map<String, Value> {
-    let mut result = discover_result(state.config().instructions.as_deref(), cache_hint(state));
-    // Prompts and resources are offered (both empty) so their list methods are real.
-    if let Some(caps) = result
-        .get_mut("capabilities")
-        .and_then(Value::as_object_mut)
-    {
-        caps.insert("prompts".into(), json!({}));
-        caps.insert("resources".into(), json!({}));
-    }
-    result
+    discover_result(state.config().instructions.as_deref(), cache_hint(state))
 }
 
 fn cache_hint(state: &AppState) -> CacheHint {
@@ -154,11 +145,7 @@ fn list(
             "invalid cursor: this server returns every item on the first page",
         ));
     }
-    let mut result = Map::new();
-    result.insert(key.into(), items);
-    result.insert("resultType".into(), json!("complete"));
-    cache_hint(state).apply(&mut result);
-    Ok(result)
+    Ok(list_result(key, items, cache_hint(state)))
 }
 
 #[cfg(test)]

@@ -63,9 +63,10 @@ struct Inner {
     background: Background,
 }
 
-/// The replica's own tasks (the push hub's loops, the worker waker): they outlive the
-/// drain that `shutdown` starts (waits still in flight need the hub), and stop when the
-/// last handle on the state is gone, or when [`serve`] has finished serving.
+/// The replica's own tasks (the push hub's loops, the worker waker, and what requests
+/// leave running: see [`AppState::tracker`]): they outlive the drain that `shutdown`
+/// starts (waits still in flight need the hub), and stop when the last handle on the
+/// state is gone, or when [`serve`] has finished serving.
 #[derive(Clone)]
 struct Background {
     stop: CancellationToken,
@@ -172,6 +173,13 @@ impl AppState {
 
     fn state_keys(&self) -> &StateKeys {
         &self.inner.state_keys
+    }
+
+    /// The replica's tracker, for work a request starts but does not await to the end (a
+    /// sync-only tool's handler, the cancellation of an abandoned wait), so that [`serve`]
+    /// does not return before it has finished.
+    fn tracker(&self) -> &TaskTracker {
+        &self.inner.background.tasks
     }
 
     /// Fires when the replica starts shutting down.

@@ -12,8 +12,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId};
 use mcp_tasks_tools::{ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError};
+use mcp_tasks_wire::results::input_required_result;
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
 use serde_json::{Map, Value, json};
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::AppState;
 use crate::answers::{apply_params_to_task, gather_for_round};
@@ -231,14 +233,6 @@ fn input_required(
     Ok(input_required_result(requests.into_map(), token))
 }
 
-fn input_required_result(requests: Map<String, Value>, token: String) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("resultType".into(), json!("input_required"));
-    m.insert("inputRequests".into(), Value::Object(requests));
-    m.insert("requestState".into(), json!(token));
-    m
-}
-
 /// A server must not ask for input of a kind the client did not declare.
 fn ensure_client_can_answer(
     meta: &RequestMeta,
@@ -287,9 +281,11 @@ async fn run_here(
         .cancellation(cancel.clone())
         .build();
     // Its own task, so a panicking handler costs one error response, not the replica.
-    let run = tokio::spawn(tool.run(ctx));
+    // Aborted when this request ends (answered, timed out, or the client went away), and
+    // tracked, so the replica never exits with a handler still running.
+    let mut run = AbortOnDropHandle::new(state.tracker().spawn(tool.run(ctx)));
     let limit = state.config().sync_tool_timeout;
-    let outcome = match tokio::time::timeout(limit, run).await {
+    let outcome = match tokio::time::timeout(limit, &mut run).await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(join)) => {
             tracing::error!(tool = %tool.name, error = %join, "tool handler panicked");
@@ -342,6 +338,8 @@ fn as_map(v: Value) -> Map<String, Value> {
 /// the task finished: nobody could ever read its result.
 struct CancelOnDrop {
     store: Store,
+    /// The replica's tracker: the cancellation is written before the replica exits.
+    tracker: TaskTracker,
     owner: Owner,
     id: TaskId,
     armed: bool,
@@ -359,8 +357,9 @@ impl Drop for CancelOnDrop {
             return;
         }
         let (store, owner, id) = (self.store.clone(), self.owner.clone(), self.id);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
+        // Dropped outside a runtime there is nothing to spawn on; the task then expires.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.tracker.spawn(async move {
                 match store.cancel_task(&owner, id).await {
                     Ok(outcome) => tracing::info!(task = %id, ?outcome, "abandoned synchronous call: task cancelled"),
                     Err(e) => tracing::warn!(task = %id, error = %e, "could not cancel an abandoned task"),
@@ -386,6 +385,7 @@ async fn wait_for_result(
 ) -> Result<Map<String, Value>, RpcError> {
     let mut guard = CancelOnDrop {
         store: state.store().clone(),
+        tracker: state.tracker().clone(),
         owner: owner.clone(),
         id,
         armed: !retryable,

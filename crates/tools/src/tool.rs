@@ -161,10 +161,6 @@ impl Tool {
             None => Ok(()),
         }
     }
-
-    pub fn has_preflight(&self) -> bool {
-        self.preflight.is_some()
-    }
 }
 
 #[must_use]

@@ -1,14 +1,18 @@
 //! The MCP 2026-07-28 wire format and the Tasks extension (`io.modelcontextprotocol/tasks`).
 //!
 //! This crate does no I/O. It turns bytes and header values into typed messages and back,
-//! and names every constant the rest of the service must agree on. Everything here is
-//! checked against `../shared/spec` (the official JSON Schemas and example messages) by the
-//! crate's tests.
+//! builds the results and notifications the server sends, and names every constant the
+//! rest of the service must agree on. `tests/spec.rs` checks it against the official MCP
+//! material in `shared/spec`: what it builds (tasks in every status, task notifications,
+//! the listen acknowledgement and result, discover, lists, input-required results, every
+//! error code) is valid under the core and Tasks extension JSON Schemas, and every
+//! official request, notification, response and error example reads through it.
 
 pub mod error;
 pub mod headers;
 pub mod json;
 pub mod jsonrpc;
+pub mod listen;
 pub mod meta;
 pub mod results;
 pub mod secret;

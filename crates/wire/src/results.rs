@@ -58,7 +58,9 @@ impl CacheHint {
     }
 }
 
-/// `DiscoverResult` without `_meta` (the server stamps it).
+/// `DiscoverResult` without `_meta` (the server stamps it). Prompts and resources are
+/// offered (both empty) so their list methods are real; nothing offers `listChanged` or
+/// `subscribe`, since the lists never change.
 pub fn discover_result(instructions: Option<&str>, cache: CacheHint) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("resultType".into(), json!("complete"));
@@ -67,6 +69,8 @@ pub fn discover_result(instructions: Option<&str>, cache: CacheHint) -> Map<Stri
         "capabilities".into(),
         json!({
             "tools": {},
+            "prompts": {},
+            "resources": {},
             "extensions": { TASKS_EXTENSION: {} }
         }),
     );
@@ -74,6 +78,30 @@ pub fn discover_result(instructions: Option<&str>, cache: CacheHint) -> Map<Stri
         m.insert("instructions".into(), json!(i));
     }
     cache.apply(&mut m);
+    m
+}
+
+/// A `tools/list`, `prompts/list`, `resources/list` or `resources/templates/list` result
+/// (`key` names the list), without `_meta`. Every item fits on the first page, so there
+/// is never a `nextCursor`.
+pub fn list_result(key: &str, items: Value, cache: CacheHint) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(key.into(), items);
+    m.insert("resultType".into(), json!("complete"));
+    cache.apply(&mut m);
+    m
+}
+
+/// An MRTR `InputRequiredResult`: the requests the call needs answered, and the signed
+/// `requestState` the client sends back with its answers.
+pub fn input_required_result(
+    requests: Map<String, Value>,
+    request_state: String,
+) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("resultType".into(), json!("input_required"));
+    m.insert("inputRequests".into(), Value::Object(requests));
+    m.insert("requestState".into(), json!(request_state));
     m
 }
 

@@ -1,6 +1,7 @@
 //! The Tasks extension's task object and the three shapes it takes on the wire:
 //! `CreateTaskResult` (flat, `resultType:"task"`), `GetTaskResult` (a `DetailedTask` with
-//! `resultType:"complete"`) and `notifications/tasks` params (a `DetailedTask`).
+//! `resultType:"complete"`) and `notifications/tasks` params (a `DetailedTask`, which
+//! [`crate::listen::task_notification`] wraps).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -132,16 +133,6 @@ impl TaskView {
     pub fn get_result(&self) -> Map<String, Value> {
         let mut m = self.detailed();
         m.insert("resultType".into(), json!("complete"));
-        m
-    }
-
-    /// The params of a `notifications/tasks` on a listen stream.
-    pub fn notification_params(&self, subscription_id: &Value) -> Map<String, Value> {
-        let mut m = self.detailed();
-        m.insert(
-            "_meta".into(),
-            json!({ meta_keys::SUBSCRIPTION_ID: subscription_id }),
-        );
         m
     }
 }

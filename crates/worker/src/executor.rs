@@ -133,8 +133,8 @@ async fn run(
         .build();
 
     // The handler runs in its own task so a panic is contained and so it can be aborted
-    // if it ignores cancellation.
-    let mut handle = AbortOnDropHandle::new(tokio::spawn(tool.run(ctx).in_current_span()));
+    // if it ignores cancellation; on the worker's tracker, so the drain waits for it too.
+    let mut handle = AbortOnDropHandle::new(shared.tracker.spawn(tool.run(ctx).in_current_span()));
     let outcome: Option<ToolResult> = tokio::select! {
         joined = &mut handle => Some(flatten(joined)),
         () = cancel.cancelled() => {

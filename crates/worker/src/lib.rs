@@ -194,18 +194,9 @@ pub async fn run(
     let _abort_runs = AbortRunsOnDrop(shared.clone());
     // Heartbeats must outlive the claim loop: they keep leases alive during the drain.
     let heartbeats_stop = CancellationToken::new();
-    let heartbeat = AbortOnDropHandle::new(tokio::spawn(loops::heartbeat(
-        shared.clone(),
-        heartbeats_stop.clone(),
-    )));
-    let listen = AbortOnDropHandle::new(tokio::spawn(loops::listen(
-        shared.clone(),
-        shutdown.clone(),
-    )));
-    let maintenance = AbortOnDropHandle::new(tokio::spawn(loops::maintenance(
-        shared.clone(),
-        shutdown.clone(),
-    )));
+    let heartbeat = spawn_owned(loops::heartbeat(shared.clone(), heartbeats_stop.clone()));
+    let listen = spawn_owned(loops::listen(shared.clone(), shutdown.clone()));
+    let maintenance = spawn_owned(loops::maintenance(shared.clone(), shutdown.clone()));
 
     loops::claim(shared.clone(), shutdown.clone()).await;
 
@@ -243,6 +234,20 @@ pub async fn run(
     let _ = tokio::join!(heartbeat, listen, maintenance);
     tracing::info!(worker = %shared.config.worker_id, "worker stopped");
     Ok(())
+}
+
+/// Starts one of the worker's loops, owned by [`run`]: it is awaited at the end of the
+/// drain, and aborted if `run` is dropped first, so no loop outlives its worker.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the handle aborts the loop on drop and run() awaits it: its owner is the worker, not a tracker"
+)]
+fn spawn_owned<F>(future: F) -> AbortOnDropHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    AbortOnDropHandle::new(tokio::spawn(future))
 }
 
 struct AbortRunsOnDrop(Arc<Shared>);

@@ -46,14 +46,19 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
     };
     let store = connect(&url, &database.pool).await?;
     store.migrate().await.context("migrating")?;
-    let worker_task = tokio::spawn(mcp_tasks_worker::run(
+    let worker_run = mcp_tasks_worker::run(
         store.clone(),
         registry.clone(),
         worker.config(&server.server_name),
         shutdown.clone(),
-    ));
-    let served = serve(store, registry, &server, shutdown.clone()).await;
-    shutdown.cancel();
-    worker_task.await??;
+    );
+    // Both in this task: when the replica is done, the worker drains too.
+    let serving = async {
+        let served = serve(store, registry, &server, shutdown.clone()).await;
+        shutdown.cancel();
+        served
+    };
+    let (served, worked) = tokio::join!(serving, worker_run);
+    worked?;
     served
 }

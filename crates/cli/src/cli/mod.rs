@@ -1,4 +1,6 @@
-//! Command-line interface. Every flag has an environment variable, shown in `--help`.
+//! Command-line interface. Every flag of the service's commands (`migrate`, `serve`, `worker`,
+//! `dev`, `demo`) has an environment variable, shown in `--help` and listed in the README
+//! (`tests/readme_env.rs` keeps the two in step); the harnesses take flags only.
 //!
 //! One module per subcommand, each with its flags and what it runs; `args` holds the
 //! flag groups several share, `logging` and `shutdown` what every process sets up.

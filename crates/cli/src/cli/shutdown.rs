@@ -3,6 +3,10 @@
 use tokio_util::sync::CancellationToken;
 
 /// The first SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the signal watcher lives as long as the process: it is what ends it"
+)]
 pub(super) fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();

@@ -15,8 +15,9 @@ use axum::response::{IntoResponse, Response};
 use futures::stream::{self, BoxStream, SelectAll, StreamExt};
 use mcp_tasks_store::{Owner, TaskId};
 use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
-use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta, codes, meta_keys};
-use serde_json::{Map, Value, json};
+use mcp_tasks_wire::listen as wire_listen;
+use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta, codes};
+use serde_json::{Map, Value};
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
@@ -93,32 +94,10 @@ pub(crate) async fn listen(
     );
 
     let sub_id = id.to_value();
-    let mut notifications = Map::new();
-    if requested.is_some() {
-        notifications.insert(
-            "taskIds".into(),
-            json!(
-                watchers
-                    .iter()
-                    .map(|w| w.id.to_string())
-                    .collect::<Vec<_>>()
-            ),
-        );
-    }
-    let ack = json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/subscriptions/acknowledged",
-        "params": {
-            "_meta": { meta_keys::SUBSCRIPTION_ID: sub_id },
-            "notifications": notifications,
-        }
-    });
-    let mut result = Map::new();
-    result.insert("resultType".into(), json!("complete"));
-    result.insert(
-        "_meta".into(),
-        json!({ meta_keys::SUBSCRIPTION_ID: sub_id }),
-    );
+    let agreed: Option<Vec<String>> =
+        requested.map(|_| watchers.iter().map(|w| w.id.to_string()).collect());
+    let ack = wire_listen::acknowledgement(&sub_id, agreed.as_deref());
+    let mut result = wire_listen::listen_result(&sub_id);
     state.config().server_info.stamp(&mut result, "complete");
     let end = RpcResponse::result(id.clone(), Value::Object(result)).to_json();
 
@@ -219,16 +198,11 @@ impl ListenStream {
                     return;
                 }
                 self.last_sent.insert(id, task.version);
-                let mut params = task.detailed.clone();
-                params.insert(
-                    "_meta".into(),
-                    json!({ meta_keys::SUBSCRIPTION_ID: self.sub_id }),
-                );
-                self.pending.push_back(frame(&json!({
-                    "jsonrpc": "2.0",
-                    "method": "notifications/tasks",
-                    "params": params,
-                })));
+                self.pending
+                    .push_back(frame(&wire_listen::task_notification(
+                        &task.detailed,
+                        &self.sub_id,
+                    )));
                 if task.status.is_terminal() {
                     self.finished_tasks.insert(id);
                 }
