@@ -4,13 +4,12 @@
 mod attacks;
 mod auth;
 mod benches;
-mod end_reasons;
-mod events;
 mod harness;
-mod leases;
 mod processes;
 mod properties;
 mod protocol;
 mod push;
 mod reliability;
 mod smoke;
+mod store;
+mod workers;

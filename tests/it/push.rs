@@ -8,47 +8,21 @@
 use std::time::Duration;
 
 use mcp_tasks_client::{Client, Subscription};
-use mcp_tasks_store::{Finish, Lease, NewTask, Owner, Store, TaskId};
-use serde_json::{Map, Value, json};
+use mcp_tasks_store::{Finish, Owner, Store, TaskId};
+use serde_json::{Value, json};
 
+use crate::harness::fixtures::{self, http_owner, leased, new_task};
 use crate::harness::{Replica, TestDb, Worker, registry, server_config};
 
 const WAIT: Duration = Duration::from_secs(15);
 
 fn alice() -> Owner {
-    Owner::new("default", "alice")
-}
-
-fn new_task() -> NewTask {
-    NewTask {
-        tool: "slow_compute".into(),
-        arguments: json!({ "seconds": 1 }),
-        status_message: Some("Queued".into()),
-        ttl_ms: Some(3_600_000),
-        poll_interval_ms: Some(500),
-        retention_ms: 60_000,
-        max_attempts: 3,
-        input_responses: Map::new(),
-        trace_context: None,
-        idempotency: None,
-    }
+    http_owner("alice")
 }
 
 async fn create(store: &Store, owner: &Owner) -> TaskId {
-    store
-        .create_task(owner, new_task())
-        .await
-        .expect("create")
-        .id
-}
-
-async fn claim(store: &Store, id: TaskId) -> Lease {
-    let claimed = store.claim("test-worker", 10, 60_000).await.expect("claim");
-    claimed
-        .into_iter()
-        .find(|c| c.lease.id == id)
-        .expect("the task was claimable")
-        .lease
+    let task = new_task("slow_compute", json!({ "seconds": 1 }));
+    fixtures::create(store, owner, task).await.id
 }
 
 /// The next frame, failing the test if none comes within `WAIT`.
@@ -214,7 +188,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
     assert_eq!(first["params"]["status"], "working");
     assert_eq!(first["params"]["statusMessage"], "Queued");
 
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     let running = expect_snapshot(&mut sub, &client, id, &sub_id).await;
     assert_eq!(running["params"]["statusMessage"], "Running");
 
@@ -250,7 +224,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
     let resumed = expect_snapshot(&mut sub, &client, id, &sub_id).await;
     assert_eq!(resumed["params"]["status"], "working");
 
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     expect_snapshot(&mut sub, &client, id, &sub_id).await;
     let result = json!({ "content": [{ "type": "text", "text": "done" }], "isError": false });
     assert!(
@@ -372,7 +346,7 @@ async fn a_killed_listen_connection_costs_no_final_state() {
         "no listener backend found to kill"
     );
 
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     let result = json!({ "content": [{ "type": "text", "text": "survived" }] });
     assert!(
         store
@@ -554,7 +528,7 @@ async fn a_subscriber_that_does_not_read_gets_the_latest_snapshot_not_a_backlog(
     let client = replica.client("alice");
     let store = &db.store;
     let id = create(store, &alice()).await;
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     let sub_id = json!("slow");
     let mut sub = client
         .listen(sub_id.clone(), json!({ "taskIds": [id.to_string()] }))
