@@ -1,5 +1,15 @@
 //! One integration-test binary for the whole service. Every test gets its own database,
 //! so they run in parallel.
+//!
+//! - `harness`: the test app (replicas and workers in process on a fresh database,
+//!   clients per principal), the one HTTP helper (reqwest, bare TCP, the router in
+//!   process), real `mcp-tasks` processes, fixture builders, JWT keys and tokens.
+//! - `protocol`, `attacks`, `properties`: the request path from outside: exact answers to
+//!   bad requests, hand-made attacks that must change no task, generated requests.
+//! - `auth`: tokens, ownership with real tokens, the limits per principal.
+//! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
+//!   process. `processes`, `reliability`: real processes killed, restarted and starved of
+//!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
 
 mod attacks;
 mod auth;

@@ -1,9 +1,14 @@
 //! Fixture builders for the usual set-ups: tasks inserted through the store, claimed
-//! leases, whole rows read back.
+//! leases, whole rows read back, tasks created over HTTP, and JSON edited in place.
 
+use std::time::Duration;
+
+use mcp_tasks_client::Client;
 use mcp_tasks_store::{Claimed, Lease, Lookup, NewTask, Owner, Store, TaskId, TaskRecord};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use sqlx::PgPool;
+
+use super::{status, task_id};
 
 /// The owner a replica with header authentication takes principal `who` to be, as
 /// [`super::Replica::client`] sends it (tenant `default`).
@@ -84,4 +89,54 @@ pub(crate) async fn force_lapse(pool: &PgPool, id: TaskId) {
     .await
     .expect("force lapse");
     assert_eq!(done.rows_affected(), 1, "task {id} had no lease to lapse");
+}
+
+/// `tools/call` of a task that then reaches status `until` (within 30 s, polled every
+/// 50 ms at most); returns its id.
+pub(crate) async fn task_in_status(
+    client: &Client,
+    tool: &str,
+    arguments: Value,
+    until: &str,
+) -> String {
+    let created = client
+        .call_tool(tool, arguments)
+        .await
+        .unwrap_or_else(|e| panic!("creating a {tool} task: {e}"));
+    let id = task_id(&created);
+    client
+        .poll_until(
+            &id,
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            |t| status(t) == until,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{tool} task never got {until}: {e}"));
+    id
+}
+
+/// Sets (or, with `None`, removes) the value at `path`, creating objects on the way
+/// when it can.
+pub(crate) fn set_path(root: &mut Value, path: &[&str], value: Option<Value>) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut at = root;
+    for key in parents {
+        let Some(obj) = at.as_object_mut() else {
+            return;
+        };
+        at = obj.entry((*key).to_owned()).or_insert_with(|| json!({}));
+    }
+    if let Some(obj) = at.as_object_mut() {
+        match value {
+            Some(v) => {
+                obj.insert((*last).to_owned(), v);
+            }
+            None => {
+                obj.remove(*last);
+            }
+        }
+    }
 }

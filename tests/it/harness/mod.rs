@@ -1,11 +1,17 @@
-//! The test harness: fresh databases, in-process replicas and workers built from the real
-//! crates ([`replica`]), real `mcp-tasks` processes for the tests that kill them
-//! ([`procs`]), and fixture builders for the usual set-ups ([`fixtures`]).
+//! The test app: fresh databases, in-process replicas and workers built from the real
+//! crates (and [`TestApp`], which brings up several of them on one database), one HTTP
+//! helper for raw requests ([`http`]: reqwest, bare TCP, the router in process), real
+//! `mcp-tasks` processes for the tests that kill them ([`procs`]), and fixture builders
+//! for the usual set-ups ([`fixtures`], [`jwt`]).
 
+pub(crate) mod app;
 pub(crate) mod db;
 pub(crate) mod fixtures;
+pub(crate) mod http;
+pub(crate) mod jwt;
 pub(crate) mod procs;
 pub(crate) mod replica;
+pub(crate) mod spec;
 
 use std::time::Duration;
 
@@ -15,6 +21,7 @@ use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_worker::WorkerConfig;
 use serde_json::Value;
 
+pub(crate) use app::TestApp;
 pub(crate) use db::TestDb;
 pub(crate) use replica::{Replica, Worker};
 

@@ -11,12 +11,22 @@ use mcp_tasks_worker::WorkerConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{server_config, worker_config};
+use super::{jwt, server_config, worker_config};
 
 /// The `requestState` keys of [`Replica::start`]: the same on every replica, so an MRTR
 /// exchange may go to any of them.
 pub(crate) fn state_keys() -> StateKeys {
     StateKeys::parse(&"ab".repeat(32)).expect("key")
+}
+
+/// Who a replica takes its callers to be.
+#[derive(Clone)]
+pub(crate) enum Auth {
+    /// The owner comes from `x-test-tenant` / `x-test-principal` (`default` /
+    /// `anonymous` when absent).
+    Headers,
+    /// Bearer JWTs, checked by the real `JwtAuth` (see [`jwt::Jwt`]).
+    Jwt(jwt::Jwt),
 }
 
 /// Test authentication: the owner comes from `x-test-tenant` / `x-test-principal`.
@@ -62,12 +72,27 @@ impl Replica {
         config: ServerConfig,
         keys: StateKeys,
     ) -> Self {
-        let auth: Arc<dyn Authenticator> = Arc::new(HeaderAuth);
+        Self::launch(store, registry, config, keys, Auth::Headers).await
+    }
+
+    /// A replica with the authentication of `auth`.
+    pub(crate) async fn launch(
+        store: &Store,
+        registry: Registry,
+        mut config: ServerConfig,
+        keys: StateKeys,
+        auth: Auth,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let url = format!("http://{addr}/mcp");
+        // A JWT replica's audience is its own URL, so it is known only once bound.
+        let auth: Arc<dyn Authenticator> = match auth {
+            Auth::Headers => Arc::new(HeaderAuth),
+            Auth::Jwt(jwt) => jwt.authenticator(&url, &mut config).await,
+        };
         let shutdown = CancellationToken::new();
         let state = AppState::new(
             store.clone(),
@@ -91,9 +116,24 @@ impl Replica {
         }
     }
 
+    /// `http://127.0.0.1:port`, where the well-known documents are.
+    pub(crate) fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Where the RFC 9728 metadata of a replica that requires tokens is served.
+    pub(crate) fn metadata_url(&self) -> String {
+        format!("{}/.well-known/oauth-protected-resource", self.origin())
+    }
+
     /// A client of this replica declaring tasks and elicitation, as principal `who`.
     pub(crate) fn client(&self, who: &str) -> Client {
         Client::with_tasks(&self.url).header("x-test-principal", who)
+    }
+
+    /// A client of this replica declaring tasks and elicitation, sending `token`.
+    pub(crate) fn bearer_client(&self, token: impl Into<String>) -> Client {
+        Client::with_tasks(&self.url).bearer(token)
     }
 
     pub(crate) async fn stop(self) {
