@@ -91,6 +91,19 @@ pub(crate) async fn force_lapse(pool: &PgPool, id: TaskId) {
     assert_eq!(done.rows_affected(), 1, "task {id} had no lease to lapse");
 }
 
+/// `tools/call` that must become a task: its id and the creation result.
+pub(crate) async fn create_task(client: &Client, tool: &str, arguments: Value) -> (String, Value) {
+    let created = client
+        .call_tool(tool, arguments)
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {tool}: {e}"));
+    assert_eq!(
+        created["resultType"], "task",
+        "{tool} did not become a task: {created}"
+    );
+    (task_id(&created), created)
+}
+
 /// `tools/call` of a task that then reaches status `until` (within 30 s, polled every
 /// 50 ms at most); returns its id.
 pub(crate) async fn task_in_status(
