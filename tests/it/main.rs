@@ -3,7 +3,7 @@
 //!
 //! - `harness`: the test app (replicas and workers in process on a fresh database,
 //!   clients per principal), the one HTTP helper (reqwest, bare TCP, the router in
-//!   process), the one process helper (`mcp-tasks` with a scrubbed environment),
+//!   process, SSE), the one process helper (`mcp-tasks` with a scrubbed environment),
 //!   fixture builders, JWT keys and tokens.
 //! - `protocol`, `attacks`, `properties`: the request path from outside: exact answers to
 //!   bad requests, hand-made attacks that must change no task, generated requests.

@@ -1,6 +1,6 @@
 //! `subscriptions/listen` over real HTTP and PostgreSQL: the acknowledgement, snapshots
 //! equal to `tasks/get`, fan-out across replicas, recovery from a killed LISTEN
-//! connection, graceful ends, limits, and slow subscribers.
+//! connection, graceful ends, limits, slow subscribers, and the event stream's framing.
 //!
 //! Most tests play the worker themselves through the store (claim, status message,
 //! finish), so every change happens exactly when the test makes it.
@@ -12,7 +12,9 @@ use mcp_tasks_store::{Finish, Owner, Store, TaskId};
 use serde_json::{Value, json};
 
 use crate::harness::fixtures::{self, http_owner, leased, new_task};
-use crate::harness::{Replica, TestDb, Worker, registry, server_config};
+use crate::harness::http::Request;
+use crate::harness::spec::SUBSCRIPTION_ID;
+use crate::harness::{Replica, TestApp, TestDb, Worker, registry, server_config};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -576,4 +578,67 @@ async fn a_subscriber_that_does_not_read_gets_the_latest_snapshot_not_a_backlog(
     assert_eq!(last["params"]["status"], "completed");
     assert_eq!(last["params"], get_as_params(&client, id, &sub_id).await);
     replica.stop().await;
+}
+
+/// Read raw, a listen stream is plain SSE: data-only events of one JSON-RPC message each,
+/// keep-alives as comments, and nothing after the listen result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listen_stream_is_plain_sse_with_one_message_per_event() {
+    let app = TestApp::start(0).await;
+    let store = &app.db.store;
+    let id = create(store, &alice()).await;
+    let mut stream = Request::rpc(
+        json!("raw"),
+        "subscriptions/listen",
+        json!({ "notifications": { "taskIds": [id.to_string()] } }),
+    )
+    .principal("alice")
+    .open_stream(&app.http, app.url())
+    .await;
+    assert_eq!(stream.status, 200);
+    let content_type = stream.headers["content-type"].to_str().expect("ascii");
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    // The task ends, so the stream does.
+    let lease = leased(store, id).await;
+    let result = json!({ "content": [{ "type": "text", "text": "raw" }], "isError": false });
+    assert!(
+        store
+            .finish(&lease, &Finish::Completed(result), Some("Completed"))
+            .await
+            .expect("finish")
+    );
+
+    let mut messages = Vec::new();
+    while let Some(event) = stream.next_event(WAIT).await {
+        if event.is_comment() {
+            continue;
+        }
+        assert!(
+            event.fields.iter().all(|(field, _)| field == "data"),
+            "only data fields: {event:?}"
+        );
+        let data = event.data().expect("data");
+        let message: Value = serde_json::from_str(&data)
+            .unwrap_or_else(|e| panic!("an event is not one JSON value ({e}): {data:?}"));
+        assert_eq!(message["jsonrpc"], "2.0", "{message}");
+        messages.push(message);
+    }
+    let (ack, rest) = messages.split_first().expect("an acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    let (end, frames) = rest.split_last().expect("a listen result");
+    assert_eq!(end["id"], "raw", "{end}");
+    assert_eq!(end["result"]["_meta"][SUBSCRIPTION_ID], "raw", "{end}");
+    assert!(
+        frames.iter().all(|f| f["method"] == "notifications/tasks"),
+        "{frames:?}"
+    );
+    let last = frames.last().expect("at least the final snapshot");
+    assert_eq!(last["params"]["status"], "completed", "{last}");
+    app.stop().await;
 }

@@ -1,8 +1,9 @@
 //! The one HTTP helper: a request fully under the test's control (method, path, header
 //! names and values as bytes, body bytes), sent by reqwest, over a bare TCP connection
 //! ([`tcp`]), or to the router in process; the answer's status, headers and body, and
-//! the JSON-RPC checks every answer must pass.
+//! the JSON-RPC checks every answer must pass; SSE read raw ([`sse`]).
 
+pub(crate) mod sse;
 pub(crate) mod tcp;
 
 use std::time::Duration;
@@ -160,6 +161,19 @@ impl Request {
         self.try_send(http, url).await.unwrap_or_else(|e| {
             panic!("no HTTP answer: {e} (header values reqwest refuses go over tcp::exchange)")
         })
+    }
+
+    /// Sends it and reads the answer as an event stream, as it arrives.
+    pub(crate) async fn open_stream(&self, http: &reqwest::Client, url: &str) -> sse::SseStream {
+        let response = self
+            .builder(http, url)
+            .unwrap_or_else(|e| panic!("{e}"))
+            // A stream may stay open for as long as the test reads it.
+            .timeout(Duration::from_secs(3600))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("no HTTP answer: {e:?}"));
+        sse::SseStream::new(response)
     }
 
     fn builder(

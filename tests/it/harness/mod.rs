@@ -1,6 +1,6 @@
 //! The test app: fresh databases, in-process replicas and workers built from the real
 //! crates (and [`TestApp`], which brings up several of them on one database), one HTTP
-//! helper for raw requests ([`http`]: reqwest, bare TCP, the router in process), one
+//! helper for raw requests ([`http`]: reqwest, bare TCP, the router in process, SSE), one
 //! helper for real `mcp-tasks` processes with a scrubbed environment ([`procs`]), and
 //! fixture builders for the usual set-ups ([`fixtures`], [`jwt`]).
 

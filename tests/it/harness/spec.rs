@@ -10,6 +10,7 @@ pub(crate) const PV: &str = "io.modelcontextprotocol/protocolVersion";
 pub(crate) const CC: &str = "io.modelcontextprotocol/clientCapabilities";
 pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub(crate) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The capabilities of a client with the Tasks extension and elicitation.
 pub(crate) fn tasks_caps() -> Value {
