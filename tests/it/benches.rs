@@ -1,18 +1,14 @@
 //! The benchmarks stay runnable: tiny runs of each, checking they report every figure.
 
-use std::process::Command;
-
-use crate::harness::procs::BIN;
+use crate::harness::procs;
 
 fn database_url() -> String {
     crate::harness::db::server_url()
 }
 
 fn run(args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("DATABASE_URL", database_url())
-        .env("MCP_TASKS_LOG", "warn")
+    let url = database_url();
+    let out = procs::mcp_tasks(args, &[("DATABASE_URL", &url), ("MCP_TASKS_LOG", "warn")])
         .output()
         .expect("run the benchmark");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -1,16 +1,26 @@
 //! One integration-test binary for the whole service. Every test gets its own database,
 //! so they run in parallel.
+//!
+//! - `harness`: the test app (replicas and workers in process on a fresh database,
+//!   clients per principal), the one HTTP helper (reqwest, bare TCP, the router in
+//!   process, SSE), the one process helper (`mcp-tasks` with a scrubbed environment),
+//!   fixture builders, JWT keys and tokens.
+//! - `protocol`, `attacks`, `properties`: the request path from outside: exact answers to
+//!   bad requests, hand-made attacks that must change no task, generated requests.
+//! - `auth`: tokens, ownership with real tokens, the limits per principal.
+//! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
+//!   process. `processes`, `reliability`: real processes killed, restarted and starved of
+//!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
 
 mod attacks;
 mod auth;
 mod benches;
-mod end_reasons;
-mod events;
 mod harness;
-mod leases;
 mod processes;
 mod properties;
 mod protocol;
 mod push;
 mod reliability;
 mod smoke;
+mod store;
+mod workers;

@@ -10,8 +10,10 @@ use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{Connection, Row};
 use time::OffsetDateTime;
 
-use crate::harness::procs::{BIN, Proc};
-use crate::harness::{TestDb, status, task_id};
+use crate::harness::fixtures::create_task;
+use crate::harness::procs::{self, Proc};
+use crate::harness::spec::all_text;
+use crate::harness::{TestDb, status};
 
 const PACK: &str = "conformance";
 
@@ -104,19 +106,6 @@ fn computing_under(worker: &'static str) -> impl Fn(&TaskRow) -> bool {
     }
 }
 
-fn result_text(task: &Value) -> String {
-    task["result"]["content"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|c| c["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
 fn input_keys(task: &Value) -> Vec<String> {
     let mut keys: Vec<String> = task["inputRequests"]
         .as_object()
@@ -124,18 +113,6 @@ fn input_keys(task: &Value) -> Vec<String> {
         .unwrap_or_default();
     keys.sort();
     keys
-}
-
-async fn create(client: &Client, tool: &str, arguments: Value) -> (String, Value) {
-    let created = client
-        .call_tool(tool, arguments)
-        .await
-        .unwrap_or_else(|e| panic!("tools/call {tool}: {e}"));
-    assert_eq!(
-        created["resultType"], "task",
-        "{tool} did not become a task: {created}"
-    );
-    (task_id(&created), created)
 }
 
 /// `tasks/cancel`, less `_meta`.
@@ -163,7 +140,7 @@ async fn task_is_readable_at_once_on_another_replica() {
     let via_a = Client::with_tasks(a.url());
     let via_b = Client::with_tasks(b.url());
 
-    let (id, created) = create(&via_a, "slow_compute", json!({ "seconds": 5 })).await;
+    let (id, created) = create_task(&via_a, "slow_compute", json!({ "seconds": 5 })).await;
     let got = get(&via_b, &id).await;
 
     assert_eq!(got["resultType"], "complete", "{got}");
@@ -186,7 +163,7 @@ async fn restarted_replica_serves_the_same_snapshot() {
     let db = TestDb::new().await;
     let a = Proc::serve(&db.url, PACK, &[]).await;
     let via_a = Client::with_tasks(a.url());
-    let (id, _) = create(&via_a, "slow_compute", json!({ "seconds": 5 })).await;
+    let (id, _) = create_task(&via_a, "slow_compute", json!({ "seconds": 5 })).await;
     let snapshot = get(&via_a, &id).await;
     assert_eq!(status(&snapshot), "working", "{snapshot}");
     a.kill().await;
@@ -208,7 +185,7 @@ async fn sigkilled_worker_is_replaced_and_the_task_completes() {
     let client = Client::with_tasks(replica.url());
     let w1 = Proc::worker(&db.url, PACK, &worker_env("w1"));
 
-    let (id, _) = create(&client, "slow_compute", json!({ "seconds": 3 })).await;
+    let (id, _) = create_task(&client, "slow_compute", json!({ "seconds": 3 })).await;
     let first = wait_row(
         &pool,
         &id,
@@ -237,7 +214,7 @@ async fn sigkilled_worker_is_replaced_and_the_task_completes() {
         .expect("the task finishes");
     assert_eq!(status(&done), "completed", "{done}");
     assert!(
-        result_text(&done).contains("Computed job in 3 s."),
+        all_text(&done["result"]).contains("Computed job in 3 s."),
         "{done}"
     );
 
@@ -280,7 +257,7 @@ async fn sigterm_releases_a_long_task() {
         ]
     };
     let w1 = Proc::worker(&db.url, PACK, &long_lease("w1"));
-    let (id, _) = create(&client, "slow_compute", json!({ "seconds": 60 })).await;
+    let (id, _) = create_task(&client, "slow_compute", json!({ "seconds": 60 })).await;
     wait_row(
         &pool,
         &id,
@@ -334,7 +311,7 @@ async fn sigterm_finishes_a_short_task() {
         PACK,
         &[("MCP_TASKS_WORKER_ID", "w3"), ("MCP_TASKS_POLL_MS", "100")],
     );
-    let (id, _) = create(&client, "slow_compute", json!({ "seconds": 1 })).await;
+    let (id, _) = create_task(&client, "slow_compute", json!({ "seconds": 1 })).await;
     let running = wait_row(
         &pool,
         &id,
@@ -353,7 +330,7 @@ async fn sigterm_finishes_a_short_task() {
     let done = get(&client, &id).await;
     assert_eq!(status(&done), "completed", "{done}");
     assert!(
-        result_text(&done).contains("Computed job in 1 s."),
+        all_text(&done["result"]).contains("Computed job in 1 s."),
         "{done}"
     );
     let row = task_row(&pool, &id).await;
@@ -379,7 +356,7 @@ async fn cancel_working_input_required_and_terminal() {
     );
 
     // A working task: the handler is told and stops.
-    let (slow, _) = create(&client, "slow_compute", json!({ "seconds": 60 })).await;
+    let (slow, _) = create_task(&client, "slow_compute", json!({ "seconds": 60 })).await;
     let running = wait_row(
         &pool,
         &slow,
@@ -440,7 +417,7 @@ async fn cancel_working_input_required_and_terminal() {
     assert_eq!(get(&client, &slow).await, cancelled);
 
     // A task waiting for input holds no lease: cancelled on the spot.
-    let (confirm, _) = create(&client, "confirm_delete", json!({ "filename": "x" })).await;
+    let (confirm, _) = create_task(&client, "confirm_delete", json!({ "filename": "x" })).await;
     client
         .poll_until(
             &confirm,
@@ -458,7 +435,7 @@ async fn cancel_working_input_required_and_terminal() {
     assert_eq!(get(&client, &confirm).await, now);
 
     // A finished task stays as it is.
-    let (failing, _) = create(&client, "failing_job", json!({})).await;
+    let (failing, _) = create_task(&client, "failing_job", json!({})).await;
     let finished = client
         .wait_terminal(&failing, Duration::from_secs(20))
         .await
@@ -478,7 +455,7 @@ async fn partial_update_with_two_keys_and_reused_key_is_ignored() {
     let client = Client::with_tasks(replica.url());
     let _worker = Proc::worker(&db.url, PACK, &worker_env("w1"));
 
-    let (id, _) = create(&client, "multi_input", json!({})).await;
+    let (id, _) = create_task(&client, "multi_input", json!({})).await;
     let asking = client
         .poll_until(
             &id,
@@ -526,7 +503,7 @@ async fn partial_update_with_two_keys_and_reused_key_is_ignored() {
         .await
         .expect("multi_input finishes");
     assert_eq!(status(&done), "completed", "{done}");
-    let text = result_text(&done);
+    let text = all_text(&done["result"]);
     assert!(text.contains("Ada"), "{done}");
     assert!(
         text.contains("confirmed: true"),
@@ -545,18 +522,11 @@ async fn partial_update_with_two_keys_and_reused_key_is_ignored() {
 }
 
 async fn migrate_process(url: &str) -> std::process::Output {
-    let run = tokio::process::Command::new(BIN)
-        .arg("migrate")
-        .env("DATABASE_URL", url)
-        .env("MCP_TASKS_LOG", "info,sqlx=warn")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("migrate finishes within 60 s")
-        .expect("running mcp-tasks migrate")
+    let migrate = procs::mcp_tasks(
+        &["migrate"],
+        &[("DATABASE_URL", url), ("MCP_TASKS_LOG", "info,sqlx=warn")],
+    );
+    procs::output(migrate, Duration::from_secs(60)).await
 }
 
 fn check_exit(out: &std::process::Output, what: &str) {
@@ -608,18 +578,10 @@ async fn migrate_subcommand_is_idempotent_and_concurrent() {
 }
 
 async fn help(command: &str) -> String {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args([command, "--help"])
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null());
-    // The help shows the values of variables that are set; show none.
-    for (name, _) in std::env::vars_os() {
-        let n = name.to_string_lossy();
-        if n.starts_with("MCP_TASKS_") || n == "DATABASE_URL" {
-            cmd.env_remove(&name);
-        }
-    }
-    let out = cmd.output().await.expect("running --help");
+    // The help shows the values of variables that are set; in the scrubbed environment of
+    // a child none is.
+    let help = procs::mcp_tasks(&[command, "--help"], &[]);
+    let out = procs::output(help, Duration::from_secs(60)).await;
     check_exit(&out, &format!("{command} --help"));
     String::from_utf8(out.stdout).expect("help is UTF-8")
 }
@@ -691,17 +653,12 @@ async fn help_lists_every_environment_variable() {
     }
 
     let db = TestDb::new().await;
-    let run = tokio::process::Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--tools", "nope"])
-        .env("DATABASE_URL", &db.url)
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .expect("`serve --tools nope` exits instead of serving")
-        .expect("running serve");
+    let serve = procs::mcp_tasks(
+        &["serve", "--listen", "127.0.0.1:0", "--tools", "nope"],
+        &[("DATABASE_URL", &db.url)],
+    );
+    // `serve --tools nope` exits instead of serving.
+    let out = procs::output(serve, Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "exit {}: {stderr}", out.status);
     assert!(

@@ -1,6 +1,6 @@
 //! `subscriptions/listen` over real HTTP and PostgreSQL: the acknowledgement, snapshots
 //! equal to `tasks/get`, fan-out across replicas, recovery from a killed LISTEN
-//! connection, graceful ends, limits, and slow subscribers.
+//! connection, graceful ends, limits, slow subscribers, and the event stream's framing.
 //!
 //! Most tests play the worker themselves through the store (claim, status message,
 //! finish), so every change happens exactly when the test makes it.
@@ -8,47 +8,23 @@
 use std::time::Duration;
 
 use mcp_tasks_client::{Client, Subscription};
-use mcp_tasks_store::{Finish, Lease, NewTask, Owner, Store, TaskId};
-use serde_json::{Map, Value, json};
+use mcp_tasks_store::{Finish, Owner, Store, TaskId};
+use serde_json::{Value, json};
 
-use crate::harness::{Replica, TestDb, Worker, registry, server_config};
+use crate::harness::fixtures::{self, http_owner, leased, new_task};
+use crate::harness::http::Request;
+use crate::harness::spec::SUBSCRIPTION_ID;
+use crate::harness::{Replica, TestApp, TestDb, Worker, registry, server_config};
 
 const WAIT: Duration = Duration::from_secs(15);
 
 fn alice() -> Owner {
-    Owner::new("default", "alice")
-}
-
-fn new_task() -> NewTask {
-    NewTask {
-        tool: "slow_compute".into(),
-        arguments: json!({ "seconds": 1 }),
-        status_message: Some("Queued".into()),
-        ttl_ms: Some(3_600_000),
-        poll_interval_ms: Some(500),
-        retention_ms: 60_000,
-        max_attempts: 3,
-        input_responses: Map::new(),
-        trace_context: None,
-        idempotency: None,
-    }
+    http_owner("alice")
 }
 
 async fn create(store: &Store, owner: &Owner) -> TaskId {
-    store
-        .create_task(owner, new_task())
-        .await
-        .expect("create")
-        .id
-}
-
-async fn claim(store: &Store, id: TaskId) -> Lease {
-    let claimed = store.claim("test-worker", 10, 60_000).await.expect("claim");
-    claimed
-        .into_iter()
-        .find(|c| c.lease.id == id)
-        .expect("the task was claimable")
-        .lease
+    let task = new_task("slow_compute", json!({ "seconds": 1 }));
+    fixtures::create(store, owner, task).await.id
 }
 
 /// The next frame, failing the test if none comes within `WAIT`.
@@ -214,7 +190,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
     assert_eq!(first["params"]["status"], "working");
     assert_eq!(first["params"]["statusMessage"], "Queued");
 
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     let running = expect_snapshot(&mut sub, &client, id, &sub_id).await;
     assert_eq!(running["params"]["statusMessage"], "Running");
 
@@ -250,7 +226,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
     let resumed = expect_snapshot(&mut sub, &client, id, &sub_id).await;
     assert_eq!(resumed["params"]["status"], "working");
 
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     expect_snapshot(&mut sub, &client, id, &sub_id).await;
     let result = json!({ "content": [{ "type": "text", "text": "done" }], "isError": false });
     assert!(
@@ -372,7 +348,7 @@ async fn a_killed_listen_connection_costs_no_final_state() {
         "no listener backend found to kill"
     );
 
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     let result = json!({ "content": [{ "type": "text", "text": "survived" }] });
     assert!(
         store
@@ -554,7 +530,7 @@ async fn a_subscriber_that_does_not_read_gets_the_latest_snapshot_not_a_backlog(
     let client = replica.client("alice");
     let store = &db.store;
     let id = create(store, &alice()).await;
-    let lease = claim(store, id).await;
+    let lease = leased(store, id).await;
     let sub_id = json!("slow");
     let mut sub = client
         .listen(sub_id.clone(), json!({ "taskIds": [id.to_string()] }))
@@ -602,4 +578,67 @@ async fn a_subscriber_that_does_not_read_gets_the_latest_snapshot_not_a_backlog(
     assert_eq!(last["params"]["status"], "completed");
     assert_eq!(last["params"], get_as_params(&client, id, &sub_id).await);
     replica.stop().await;
+}
+
+/// Read raw, a listen stream is plain SSE: data-only events of one JSON-RPC message each,
+/// keep-alives as comments, and nothing after the listen result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listen_stream_is_plain_sse_with_one_message_per_event() {
+    let app = TestApp::start(0).await;
+    let store = &app.db.store;
+    let id = create(store, &alice()).await;
+    let mut stream = Request::rpc(
+        json!("raw"),
+        "subscriptions/listen",
+        json!({ "notifications": { "taskIds": [id.to_string()] } }),
+    )
+    .principal("alice")
+    .open_stream(&app.http, app.url())
+    .await;
+    assert_eq!(stream.status, 200);
+    let content_type = stream.headers["content-type"].to_str().expect("ascii");
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    // The task ends, so the stream does.
+    let lease = leased(store, id).await;
+    let result = json!({ "content": [{ "type": "text", "text": "raw" }], "isError": false });
+    assert!(
+        store
+            .finish(&lease, &Finish::Completed(result), Some("Completed"))
+            .await
+            .expect("finish")
+    );
+
+    let mut messages = Vec::new();
+    while let Some(event) = stream.next_event(WAIT).await {
+        if event.is_comment() {
+            continue;
+        }
+        assert!(
+            event.fields.iter().all(|(field, _)| field == "data"),
+            "only data fields: {event:?}"
+        );
+        let data = event.data().expect("data");
+        let message: Value = serde_json::from_str(&data)
+            .unwrap_or_else(|e| panic!("an event is not one JSON value ({e}): {data:?}"));
+        assert_eq!(message["jsonrpc"], "2.0", "{message}");
+        messages.push(message);
+    }
+    let (ack, rest) = messages.split_first().expect("an acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    let (end, frames) = rest.split_last().expect("a listen result");
+    assert_eq!(end["id"], "raw", "{end}");
+    assert_eq!(end["result"]["_meta"][SUBSCRIPTION_ID], "raw", "{end}");
+    assert!(
+        frames.iter().all(|f| f["method"] == "notifications/tasks"),
+        "{frames:?}"
+    );
+    let last = frames.last().expect("at least the final snapshot");
+    assert_eq!(last["params"]["status"], "completed", "{last}");
+    app.stop().await;
 }

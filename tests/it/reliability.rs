@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::Mutex;
 
+use crate::harness::http::{self, Request};
 use crate::harness::procs::Proc;
-use crate::harness::{Replica, TestDb, Worker, eventually, registry};
+use crate::harness::{TestApp, TestDb, eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -45,13 +46,11 @@ async fn own_database() -> (DevDatabase, PgPool) {
     (db, pool)
 }
 
+/// A GET's status and body; status 0 when there was no answer.
 async fn get(url: &str) -> (u16, String) {
-    match reqwest::get(url).await {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            (status, r.text().await.unwrap_or_default())
-        }
-        Err(e) => (0, e.to_string()),
+    match Request::get().try_send(&http::client(), url).await {
+        Ok(answer) => (answer.status, answer.text()),
+        Err(e) => (0, e),
     }
 }
 
@@ -156,10 +155,9 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
-    let db = TestDb::new().await;
-    let replica = Replica::start(&db.store, registry("conformance")).await;
-    let worker = Worker::start(&db.store, registry("conformance"));
-    let alice = replica.client("alice");
+    let app = TestApp::start(1).await;
+    let db = &app.db;
+    let alice = app.client("alice");
 
     let args = json!({ "seconds": 1, "label": "report" });
     let first = alice
@@ -203,7 +201,7 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
     assert_eq!(count, 1);
 
     // Keys are scoped to the caller: another principal's same key is another task.
-    let bob = replica
+    let bob = app
         .client("bob")
         .call_tool_idempotent("slow_compute", args.clone(), "key-1")
         .await
@@ -223,7 +221,7 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
     assert_eq!(late["status"], "completed");
 
     // A client without the Tasks extension retrying with a key gets the same result.
-    let plain = Client::new(&replica.url, json!({})).header("x-test-principal", "carol");
+    let plain = Client::new(app.url(), json!({})).header("x-test-principal", "carol");
     let one = plain
         .call_tool_idempotent("slow_compute", json!({ "seconds": 0 }), "sync-key")
         .await
@@ -242,30 +240,22 @@ async fn retried_creates_with_an_idempotency_key_return_the_same_task() {
 
     // Malformed keys are refused before anything happens.
     for bad in ["", "has space", &"k".repeat(256), "tab\there"] {
-        let response = reqwest::Client::new()
-            .post(&replica.url)
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "slow_compute")
-            .header("idempotency-key", bad)
-            .body(
-                json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
-                    "name":"slow_compute","arguments":{"seconds":0},
-                    "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
-                             "io.modelcontextprotocol/clientCapabilities":{}}}})
-                .to_string(),
-            )
-            .send()
-            .await
-            .expect("send");
-        assert_eq!(response.status(), 400, "{bad:?}");
-        let body: Value = response.json().await.expect("json");
+        let response = Request::rpc_as(
+            json!(1),
+            "tools/call",
+            json!({ "name": "slow_compute", "arguments": { "seconds": 0 } }),
+            json!({}),
+        )
+        .unset("accept")
+        .set("idempotency-key", bad)
+        .send_to_app(&app)
+        .await;
+        assert_eq!(response.status, 400, "{bad:?}");
+        let body = response.json();
         assert_eq!(body["error"]["code"], -32600, "{bad:?}: {body}");
     }
 
-    worker.stop().await;
-    replica.stop().await;
+    app.stop().await;
 }
 
 /// A load balancer that sends each request to a replica in rotation and never to one

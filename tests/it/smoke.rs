@@ -1,16 +1,14 @@
 //! The lessons' demo sequence, end to end through an in-process replica and worker.
 
-use crate::harness::{Replica, TestDb, Worker, registry};
+use crate::harness::TestApp;
 
 #[tokio::test]
 async fn demo_prints_the_lessons_sequence() {
-    let db = TestDb::new().await;
-    let replica = Replica::start(&db.store, registry("demo")).await;
-    let worker = Worker::start(&db.store, registry("demo"));
+    let app = TestApp::builder().packs("demo").workers(1).start().await;
 
     let mut out = Vec::new();
     let mut log = Vec::new();
-    mcp_tasks_client::run_demo(&replica.url, &mut out, &mut log)
+    mcp_tasks_client::run_demo(app.url(), &mut out, &mut log)
         .await
         .expect("demo run");
     assert_eq!(
@@ -29,6 +27,5 @@ async fn demo_prints_the_lessons_sequence() {
             "{log}"
         );
     }
-    worker.stop().await;
-    replica.stop().await;
+    app.stop().await;
 }

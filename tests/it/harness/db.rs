@@ -118,6 +118,16 @@ impl TestDb {
     pub(crate) async fn sql(&self) -> PgConnection {
         connect_retrying(&self.url).await
     }
+
+    /// The number of task rows where `condition` (SQL) holds; `true` counts them all.
+    pub(crate) async fn count_tasks(&self, condition: &str) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM tasks WHERE {condition}"
+        )))
+        .fetch_one(&self.pool)
+        .await
+        .unwrap_or_else(|e| panic!("counting tasks where {condition}: {e}"))
+    }
 }
 
 async fn connect_retrying(url: &str) -> PgConnection {

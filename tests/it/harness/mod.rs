@@ -1,58 +1,34 @@
-//! The test harness: fresh databases, in-process replicas and workers built from the
-//! real crates, and real `mcp-tasks` processes for the tests that kill them.
+//! The test app: fresh databases, in-process replicas and workers built from the real
+//! crates (and [`TestApp`], which brings up several of them on one database), one HTTP
+//! helper for raw requests ([`http`]: reqwest, bare TCP, the router in process, SSE), one
+//! helper for real `mcp-tasks` processes with a scrubbed environment ([`procs`]), and
+//! fixture builders for the usual set-ups ([`fixtures`], [`jwt`]).
 
+pub(crate) mod app;
 pub(crate) mod db;
+pub(crate) mod fixtures;
+pub(crate) mod http;
+pub(crate) mod jwt;
 pub(crate) mod procs;
+pub(crate) mod replica;
+pub(crate) mod spec;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks_client::Client;
-use mcp_tasks_server::{AppState, Authenticator, ServerConfig, StateKeys};
-use mcp_tasks_store::Store;
+use mcp_tasks_server::ServerConfig;
 use mcp_tasks_tools::Registry;
 use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_worker::WorkerConfig;
 use serde_json::Value;
-use test_auth::HeaderAuth;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
+pub(crate) use app::TestApp;
 pub(crate) use db::TestDb;
+pub(crate) use replica::{Replica, Worker};
 
 pub(crate) fn server_info() -> Implementation {
     Implementation {
         name: "mcp-tasks-test".into(),
         version: "0.0.0".into(),
-    }
-}
-
-/// Test authentication: the owner comes from `x-test-tenant` / `x-test-principal`.
-mod test_auth {
-    use mcp_tasks_server::{AuthError, Authenticator};
-    use mcp_tasks_store::Owner;
-
-    pub(crate) struct HeaderAuth;
-
-    impl Authenticator for HeaderAuth {
-        fn authenticate<'a>(
-            &'a self,
-            headers: &'a reqwest::header::HeaderMap,
-        ) -> futures::future::BoxFuture<'a, Result<Owner, AuthError>> {
-            let get = |name: &str, default: &str| {
-                headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or(default)
-                    .to_owned()
-            };
-            let owner = Owner::new(
-                get("x-test-tenant", "default"),
-                get("x-test-principal", "anonymous"),
-            );
-            Box::pin(std::future::ready(Ok(owner)))
-        }
     }
 }
 
@@ -68,70 +44,6 @@ pub(crate) fn server_config() -> ServerConfig {
     c
 }
 
-/// A replica served in this process on a free loopback port.
-pub(crate) struct Replica {
-    pub(crate) addr: SocketAddr,
-    pub(crate) url: String,
-    shutdown: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Replica {
-    pub(crate) async fn start(store: &Store, registry: Registry) -> Self {
-        Self::start_with(
-            store,
-            registry,
-            server_config(),
-            StateKeys::parse(&"ab".repeat(32)).expect("key"),
-        )
-        .await
-    }
-
-    pub(crate) async fn start_with(
-        store: &Store,
-        registry: Registry,
-        config: ServerConfig,
-        keys: StateKeys,
-    ) -> Self {
-        let auth: Arc<dyn Authenticator> = Arc::new(HeaderAuth);
-        let shutdown = CancellationToken::new();
-        let state = AppState::new(
-            store.clone(),
-            registry,
-            config,
-            auth,
-            keys,
-            shutdown.clone(),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stop = shutdown.clone();
-        let task = tokio::spawn(async move {
-            mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await })
-                .await
-                .expect("serve");
-        });
-        Self {
-            addr,
-            url: format!("http://{addr}/mcp"),
-            shutdown,
-            task,
-        }
-    }
-
-    /// A client of this replica declaring tasks and elicitation, as principal `who`.
-    pub(crate) fn client(&self, who: &str) -> Client {
-        Client::with_tasks(&self.url).header("x-test-principal", who)
-    }
-
-    pub(crate) async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.task.await;
-    }
-}
-
 pub(crate) fn worker_config() -> WorkerConfig {
     let mut c = WorkerConfig::new(server_info());
     c.concurrency = 8;
@@ -141,41 +53,6 @@ pub(crate) fn worker_config() -> WorkerConfig {
     c.shutdown_grace = Duration::from_secs(5);
     c.cancel_grace = Duration::from_secs(2);
     c
-}
-
-/// A worker running in this process.
-pub(crate) struct Worker {
-    pub(crate) shutdown: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Worker {
-    pub(crate) fn start(store: &Store, registry: Registry) -> Self {
-        Self::start_with(store, registry, worker_config())
-    }
-
-    pub(crate) fn start_with(store: &Store, registry: Registry, config: WorkerConfig) -> Self {
-        let shutdown = CancellationToken::new();
-        let run = mcp_tasks_worker::run(store.clone(), registry, config, shutdown.clone());
-        Self {
-            shutdown,
-            task: tokio::spawn(async move {
-                run.await.expect("worker failed");
-            }),
-        }
-    }
-
-    /// Graceful stop: waits for the drain to finish.
-    pub(crate) async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.task.await;
-    }
-
-    /// Stops the worker at once, like a crash: dropping `run` aborts every loop and every
-    /// running handler, and nothing is released or recorded.
-    pub(crate) fn abort(self) {
-        self.task.abort();
-    }
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.

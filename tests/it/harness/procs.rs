@@ -1,7 +1,10 @@
-//! Real `mcp-tasks` processes, for tests that kill or restart them.
+//! Real `mcp-tasks` processes, for tests that kill or restart them or run the CLI. Every
+//! child starts from a scrubbed environment: nothing from the test's own (an
+//! `MCP_TASKS_*` or `DATABASE_URL` of the developer's shell) decides what it does, only
+//! [`INHERITED`] and what the test sets.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -9,6 +12,49 @@ use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_mcp-tasks-under-test");
+
+/// What a child keeps of the test's environment: where programs and the home directory
+/// are, the temporary directory, and whether to print backtraces.
+pub(crate) const INHERITED: &[&str] = &["PATH", "HOME", "TMPDIR", "RUST_BACKTRACE"];
+
+/// `program` with a scrubbed environment ([`INHERITED`] and `NO_COLOR=1`), no stdin.
+pub(crate) fn command(program: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    cmd.env_clear().env("NO_COLOR", "1").stdin(Stdio::null());
+    for name in INHERITED {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
+    }
+    cmd
+}
+
+/// `mcp-tasks args…` with a scrubbed environment and `env` set.
+pub(crate) fn mcp_tasks(args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
+    let mut cmd = command(BIN);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Runs `cmd` to its exit, capturing stdout and stderr; fails the test if it has not
+/// exited within `within` (and kills it).
+pub(crate) async fn output(cmd: std::process::Command, within: Duration) -> Output {
+    let mut cmd = Command::from(cmd);
+    cmd.kill_on_drop(true);
+    tokio::time::timeout(within, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("the process did not exit within {within:?}"))
+        .expect("running the binary")
+}
+
+/// The address in a replica's start-up line (`… listening on http://ADDR/mcp`).
+pub(crate) fn listening_address(line: &str) -> Option<SocketAddr> {
+    let rest = line.split("listening on http://").nth(1)?;
+    rest.split("/mcp").next().and_then(|a| a.parse().ok())
+}
 
 /// A running `mcp-tasks` process. Killed when dropped.
 pub(crate) struct Proc {
@@ -20,20 +66,35 @@ pub(crate) struct Proc {
 impl Proc {
     /// `mcp-tasks serve` on a free port; returns once it is listening.
     pub(crate) async fn serve(database_url: &str, tools: &str, extra_env: &[(&str, &str)]) -> Self {
-        let mut p = Self::spawn(
+        let p = Self::spawn(
             "serve",
             database_url,
             &["serve", "--listen", "127.0.0.1:0", "--tools", tools],
             extra_env,
         );
+        p.listening().await
+    }
+
+    /// `mcp-tasks args…` that serves; returns once it is listening.
+    pub(crate) async fn serve_args(
+        database_url: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn("serve", database_url, args, extra_env)
+            .listening()
+            .await
+    }
+
+    async fn listening(mut self) -> Self {
         let (tx, rx) = oneshot::channel();
-        p.forward_logs(Some(tx));
+        self.forward_logs(Some(tx));
         let addr = tokio::time::timeout(Duration::from_secs(30), rx)
             .await
             .expect("replica did not start listening within 30 s")
             .expect("replica exited before listening");
-        p.addr = Some(addr);
-        p
+        self.addr = Some(addr);
+        self
     }
 
     /// `mcp-tasks worker`.
@@ -49,13 +110,14 @@ impl Proc {
     }
 
     fn spawn(name: &str, database_url: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("DATABASE_URL", database_url)
-            .env("MCP_TASKS_LOG", "info,sqlx=warn")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+        let mut cmd = Command::from(mcp_tasks(
+            args,
+            &[
+                ("DATABASE_URL", database_url),
+                ("MCP_TASKS_LOG", "info,sqlx=warn"),
+            ],
+        ));
+        cmd.stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in extra_env {
@@ -80,8 +142,7 @@ impl Proc {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 eprintln!("{name}: {line}");
-                if let Some(rest) = line.split("listening on http://").nth(1)
-                    && let Some(addr) = rest.split("/mcp").next().and_then(|a| a.parse().ok())
+                if let Some(addr) = listening_address(&line)
                     && let Some(tx) = listening.take()
                 {
                     let _ = tx.send(addr);
@@ -113,5 +174,30 @@ impl Proc {
             Ok(Ok(status)) => status.success(),
             _ => false,
         }
+    }
+}
+
+#[tokio::test]
+async fn children_see_only_the_inherited_variables_and_what_the_test_sets() {
+    let mut env = command("env");
+    env.env("MCP_TASKS_SET_BY_THE_TEST", "1");
+    let out = output(env, Duration::from_secs(30)).await;
+    assert!(out.status.success(), "{out:?}");
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.to_owned()))
+        .collect();
+    assert!(
+        names.contains(&"MCP_TASKS_SET_BY_THE_TEST".to_owned()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"NO_COLOR".to_owned()), "{names:?}");
+    for name in &names {
+        assert!(
+            INHERITED.contains(&name.as_str())
+                || name == "NO_COLOR"
+                || name == "MCP_TASKS_SET_BY_THE_TEST",
+            "{name} reached a child from the test's environment: {names:?}"
+        );
     }
 }

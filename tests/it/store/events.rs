@@ -6,14 +6,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mcp_tasks_store::{
-    Event, EventKind, Events, EventsConfig, LISTENER_APPLICATION_NAME, Lookup, NewTask, Owner,
-    PoolConfig, Store, TaskId,
+    Event, EventKind, Events, EventsConfig, LISTENER_APPLICATION_NAME, NewTask, Owner, PoolConfig,
+    Store, TaskId,
 };
-use serde_json::{Map, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 
+use crate::harness::fixtures::{self, new_task};
 use crate::harness::{TestDb, eventually};
 
 /// Generous: only there so that a broken stream fails the test instead of hanging it.
@@ -31,25 +32,16 @@ fn owner() -> Owner {
 
 async fn create(store: &Store) -> TaskId {
     let task = NewTask {
-        tool: "slow_compute".into(),
-        arguments: json!({"seconds": 1}),
         status_message: None,
         ttl_ms: None,
         poll_interval_ms: None,
-        retention_ms: 60_000,
-        max_attempts: 3,
-        input_responses: Map::new(),
-        trace_context: None,
-        idempotency: None,
+        ..new_task("slow_compute", json!({"seconds": 1}))
     };
-    store.create_task(&owner(), task).await.expect("create").id
+    fixtures::create(store, &owner(), task).await.id
 }
 
 async fn version(store: &Store, id: TaskId) -> i64 {
-    match store.get_task(&owner(), id).await.expect("get") {
-        Lookup::Found(t) => t.version,
-        other => panic!("task {id}: {other:?}"),
-    }
+    fixtures::found(store, &owner(), id).await.version
 }
 
 async fn listeners(db: &TestDb) -> i64 {

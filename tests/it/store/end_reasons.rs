@@ -10,8 +10,9 @@ use mcp_tasks_store::{
 };
 use mcp_tasks_wire::TaskStatus;
 use mcp_tasks_wire::service_messages::EndReason;
-use serde_json::{Map, json};
+use serde_json::json;
 
+use crate::harness::fixtures::{self, force_lapse, new_task};
 use crate::harness::{TestDb, eventually};
 
 fn owner() -> Owner {
@@ -20,25 +21,16 @@ fn owner() -> Owner {
 
 async fn create(store: &Store, ttl_ms: Option<i64>, max_attempts: i32) -> TaskId {
     let task = NewTask {
-        tool: "slow_compute".into(),
-        arguments: json!({ "seconds": 1 }),
-        status_message: Some("Queued".into()),
         ttl_ms,
         poll_interval_ms: None,
-        retention_ms: 60_000,
         max_attempts,
-        input_responses: Map::new(),
-        trace_context: None,
-        idempotency: None,
+        ..new_task("slow_compute", json!({ "seconds": 1 }))
     };
-    store.create_task(&owner(), task).await.expect("create").id
+    fixtures::create(store, &owner(), task).await.id
 }
 
 async fn found(store: &Store, id: TaskId) -> TaskRecord {
-    match store.get_task(&owner(), id).await.expect("get") {
-        Lookup::Found(t) => t,
-        other => panic!("task {id}: {other:?}"),
-    }
+    fixtures::found(store, &owner(), id).await
 }
 
 /// The same task, rewritten as the statements of earlier versions left it: the texts in
@@ -96,15 +88,7 @@ async fn ended_tasks_read_the_same_whether_the_row_has_a_reason_or_the_texts() {
     let claimed = store.claim("lost", 1, 60_000).await.expect("claim");
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].lease.id, lost);
-    sqlx::query(
-        "UPDATE tasks SET lease_expires_at = now() - interval '1 second',
-                          run_after = now() - interval '1 second'
-         WHERE id = $1",
-    )
-    .bind(lost.0)
-    .execute(&db.pool)
-    .await
-    .expect("lapse");
+    force_lapse(&db.pool, lost).await;
     assert_eq!(
         store.rescue_lapsed(100).await.expect("rescue"),
         RescueReport {

@@ -1,0 +1,65 @@
+//! The store against a real PostgreSQL: fenced leases and heartbeats, attempts, input
+//! keys, expiry and retention, owner isolation, migrations from several processes, the
+//! event stream, and the reasons the service records for ending a task.
+//!
+//! Time-dependent negative checks ("not yet expired") are only asserted when the test
+//! itself measured that it is still inside the window, so a stalled machine skips the
+//! check instead of failing it; waiting for a state always goes through `eventually`.
+
+mod attempts;
+mod end_reasons;
+mod events;
+mod expiry;
+mod input_keys;
+mod isolation;
+mod leases;
+mod migrations;
+
+use mcp_tasks_store::Owner;
+use mcp_tasks_tools::validate_input_response;
+use serde_json::{Map, Value, json};
+
+pub(super) fn alice() -> Owner {
+    Owner::new("acme", "alice")
+}
+
+pub(super) fn confirm_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "confirm": { "type": "boolean" } },
+        "required": ["confirm"]
+    })
+}
+
+pub(super) fn name_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "name": { "type": "string" } },
+        "required": ["name"]
+    })
+}
+
+pub(super) fn answers(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+pub(super) fn validator(_key: &str, request: &Value, response: &Value) -> Result<(), String> {
+    validate_input_response(request, response)
+}
+
+pub(super) fn text_result(text: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": text }], "isError": false })
+}
+
+pub(super) fn sorted(keys: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
+    let mut v: Vec<String> = keys.into_iter().map(Into::into).collect();
+    v.sort();
+    v
+}
+
+pub(super) fn micros(d: time::Duration) -> i128 {
+    d.whole_microseconds()
+}
