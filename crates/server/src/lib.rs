@@ -11,6 +11,7 @@
 mod answers;
 mod auth;
 mod config;
+mod conn;
 mod dispatch;
 mod error;
 mod http;
@@ -38,7 +39,9 @@ pub use auth::{
     AuthError, Authenticator, JwtAuth, JwtConfig, KeySource, NoAuth, ProtectedResource,
 };
 pub use config::{AllowedHosts, ServerConfig};
-pub use http::{router, serve};
+pub use conn::serve;
+pub use conn::settings::{ConnectionConfig, ConnectionLimit};
+pub use http::router;
 pub use limits::RateLimit;
 pub use push::HubConfig;
 pub use request_state::StateKeys;
@@ -143,6 +146,14 @@ impl AppState {
 
     fn state_keys(&self) -> &StateKeys {
         &self.inner.state_keys
+    }
+
+    /// The connection cap this replica serves with, checked against the open-file limit
+    /// (its database pool's connections are kept out of it); an error says what does not
+    /// fit.
+    pub fn connection_limit(&self) -> Result<ConnectionLimit, String> {
+        let pool = self.inner.store.pool().options().get_max_connections();
+        self.inner.config.connections.limit(pool)
     }
 
     /// Fires when the replica starts shutting down.
