@@ -4,6 +4,7 @@
 mod attacks;
 mod auth;
 mod benches;
+mod connections;
 mod harness;
 mod leases;
 mod processes;

@@ -20,20 +20,54 @@ pub(crate) struct Proc {
 impl Proc {
     /// `mcp-tasks serve` on a free port; returns once it is listening.
     pub(crate) async fn serve(database_url: &str, tools: &str, extra_env: &[(&str, &str)]) -> Self {
-        let mut p = Self::spawn(
+        let p = Self::spawn(
             "serve",
             database_url,
             &["serve", "--listen", "127.0.0.1:0", "--tools", tools],
             extra_env,
         );
+        p.listening().await
+    }
+
+    /// `mcp-tasks serve` with its soft open-file limit lowered to `nofile` (by the shell's
+    /// `ulimit`: lowering a limit needs no privilege).
+    pub(crate) async fn serve_with_file_limit(
+        database_url: &str,
+        tools: &str,
+        extra_env: &[(&str, &str)],
+        nofile: u64,
+    ) -> Self {
+        let limit = nofile.to_string();
+        let mut p = Self::spawn_program(
+            "sh",
+            "serve",
+            database_url,
+            &[
+                "-c",
+                r#"ulimit -S -n "$0" && exec "$@""#,
+                &limit,
+                BIN,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tools",
+                tools,
+            ],
+            extra_env,
+        );
+        p.name = format!("serve(nofile {nofile})");
+        p.listening().await
+    }
+
+    async fn listening(mut self) -> Self {
         let (tx, rx) = oneshot::channel();
-        p.forward_logs(Some(tx));
+        self.forward_logs(Some(tx));
         let addr = tokio::time::timeout(Duration::from_secs(30), rx)
             .await
             .expect("replica did not start listening within 30 s")
             .expect("replica exited before listening");
-        p.addr = Some(addr);
-        p
+        self.addr = Some(addr);
+        self
     }
 
     /// `mcp-tasks worker`.
@@ -49,7 +83,17 @@ impl Proc {
     }
 
     fn spawn(name: &str, database_url: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(BIN);
+        Self::spawn_program(BIN, name, database_url, args, extra_env)
+    }
+
+    fn spawn_program(
+        program: &str,
+        name: &str,
+        database_url: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Self {
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env("DATABASE_URL", database_url)
             .env("MCP_TASKS_LOG", "info,sqlx=warn")
