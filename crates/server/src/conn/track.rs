@@ -327,3 +327,69 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn later() {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_makes_room_then_busy_ones_refuse_then_drop() {
+        let r = Registry::new();
+        let a = r.open(false);
+        later();
+        let b = r.open(false);
+        later();
+        assert_eq!(r.admit(2, 1), Admission::Serve, "room for one more");
+        assert!(
+            a.conn.evicted.load(Ordering::Relaxed),
+            "the oldest idle goes"
+        );
+        assert!(!b.conn.evicted.load(Ordering::Relaxed));
+        let c = r.open(false);
+        let _busy_b = b.conn.start_request(axum::http::Version::HTTP_11);
+        let _busy_c = c.conn.start_request(axum::http::Version::HTTP_11);
+        assert_eq!(r.admit(2, 1), Admission::Refuse, "nothing idle to close");
+        let _d = r.open(true);
+        assert_eq!(r.admit(2, 1), Admission::Drop, "the overflow is full too");
+        drop(a);
+        assert_eq!(r.admit(2, 1), Admission::Drop, "b and c still fill the cap");
+        drop(_busy_c);
+        assert_eq!(r.admit(2, 1), Admission::Serve, "c is idle again");
+        assert!(c.conn.evicted.load(Ordering::Relaxed));
+        assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn a_connection_waits_for_a_head_then_for_idleness() {
+        let r = Registry::new();
+        let c = r.open(false);
+        assert_eq!(
+            c.conn.waiting().map(|w| w.0),
+            Some(Wait::Head),
+            "new: a head"
+        );
+        let guard = c.conn.start_request(axum::http::Version::HTTP_11);
+        c.conn.bytes_arrived();
+        assert_eq!(c.conn.waiting(), None, "busy: no clock");
+        drop(guard);
+        assert_eq!(c.conn.waiting().map(|w| w.0), Some(Wait::Idle));
+        c.conn.bytes_arrived();
+        assert_eq!(
+            c.conn.waiting().map(|w| w.0),
+            Some(Wait::Head),
+            "a next head"
+        );
+        let guard = c.conn.start_request(axum::http::Version::HTTP_2);
+        drop(guard);
+        c.conn.bytes_arrived();
+        assert_eq!(
+            c.conn.waiting().map(|w| w.0),
+            Some(Wait::Idle),
+            "HTTP/2 bytes between requests are not a head"
+        );
+    }
+}
