@@ -119,8 +119,9 @@ pub(super) struct ConnectionArgs {
     /// the connection is closed (ms).
     #[arg(long, env = "MCP_TASKS_BODY_TIMEOUT_MS", default_value_t = 30_000)]
     body_timeout_ms: u64,
-    /// How long a connection may stay open with no request in progress (ms). Listen
-    /// streams and waits for a task are in progress.
+    /// How long a connection may stay open with no request in progress, or with a client
+    /// that reads nothing of its answers (ms). Listen streams and waits for a task are in
+    /// progress.
     #[arg(long, env = "MCP_TASKS_IDLE_TIMEOUT_MS", default_value_t = 65_000)]
     idle_timeout_ms: u64,
     /// Longest a request may take from its head to its answer, then 503 (ms); must exceed

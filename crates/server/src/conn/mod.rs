@@ -5,10 +5,11 @@
 //!   limits: concurrent streams, header list size, and resets (rapid reset).
 //! - Each connection's task times it out: the head of a request must arrive within the
 //!   header timeout of its first byte (of the accept, on a new connection), and a
-//!   connection with nothing in progress is closed after the idle timeout. hyper's own
-//!   HTTP/1 header timer cannot tell the two apart (it also runs while idle), and the
-//!   protocol detection of `auto` reads the first bytes with no timer at all, so the
-//!   task keeps the clocks; hyper's timer stays as a backstop.
+//!   connection with nothing in progress is closed after the idle timeout, as is one
+//!   whose client has read nothing of its answers for that long. hyper's own HTTP/1
+//!   header timer cannot tell an idle connection from a slow head (it also runs while
+//!   idle), and the protocol detection of `auto` reads the first bytes with no timer at
+//!   all, so the task keeps the clocks; hyper's timer stays as a backstop.
 //! - At most `max_connections` are served. Past that, the connection idle longest is
 //!   closed to make room; when none is idle, a few more get health probes answered and
 //!   503 for anything else, and the rest are closed at once. The cap is checked against
@@ -207,7 +208,10 @@ impl Server {
         // Once asked to close gracefully, how long it may stay with nothing in progress.
         let mut closing_by: Option<Instant> = None;
         loop {
-            let due = due(conn.waiting(), header, idle, closing_by);
+            let due = earliest(
+                due(conn.waiting(), header, idle, closing_by),
+                stalled(conn.write_stalled_since(), self.config.idle_timeout),
+            );
             tokio::select! {
                 result = connection.as_mut() => {
                     if let Err(e) = result {
@@ -236,6 +240,12 @@ impl Server {
                 () = sleep_until(due), if due.is_some() => {
                     // Nothing ran on the connection while this task slept, except answers
                     // ending: check again what it waits for.
+                    if stalled(conn.write_stalled_since(), self.config.idle_timeout)
+                        .is_some_and(|(at, _)| at <= Instant::now())
+                    {
+                        tracing::debug!("connection closed: the client reads nothing of its answers");
+                        return;
+                    }
                     match self::due(conn.waiting(), header, idle, closing_by) {
                         Some((at, Close::Now)) if at <= Instant::now() => {
                             tracing::debug!("connection closed: no complete request head in time");
@@ -299,6 +309,19 @@ fn due(
         (Wait::Head, Some(by)) => ((since + header).min(by), Close::Now),
         (Wait::Idle, Some(by)) => (by, Close::Now),
     })
+}
+
+/// A client that has read nothing of its answers for the idle timeout is as good as
+/// gone, whatever is in progress.
+fn stalled(since: Option<Instant>, limit: Duration) -> Option<(Instant, Close)> {
+    since.map(|at| (at + limit, Close::Now))
+}
+
+fn earliest(a: Option<(Instant, Close)>, b: Option<(Instant, Close)>) -> Option<(Instant, Close)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 async fn sleep_until(due: Option<(Instant, Close)>) {

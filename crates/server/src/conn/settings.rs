@@ -29,7 +29,8 @@ pub struct ConnectionConfig {
     pub header_timeout: Duration,
     /// How long a request's body may take to arrive in full, once its head is in.
     pub body_timeout: Duration,
-    /// How long a connection may stay open with no request in progress.
+    /// How long a connection may stay open with no request in progress, or with a client
+    /// that reads nothing of its answers.
     pub idle_timeout: Duration,
     /// Longest a request may take from its head to its answer; not counting the stream
     /// that follows a `subscriptions/listen` answer.

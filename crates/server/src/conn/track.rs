@@ -92,6 +92,7 @@ impl Registry {
             started: AtomicU64::new(0),
             idle_since: AtomicU64::new(now),
             head_started: AtomicU64::new(NONE),
+            write_stalled: AtomicU64::new(NONE),
             http2: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             wake: Notify::new(),
@@ -153,6 +154,8 @@ pub(super) struct Conn {
     idle_since: AtomicU64,
     /// When the first byte of the next request arrived while idle, or `NONE`.
     head_started: AtomicU64,
+    /// Since when the socket has taken none of what the replica writes, or `NONE`.
+    write_stalled: AtomicU64,
     http2: AtomicBool,
     /// Asked to close to make room for a new connection.
     pub(super) evicted: AtomicBool,
@@ -201,6 +204,38 @@ impl Conn {
         self.started.fetch_add(1, Ordering::AcqRel);
         self.head_started.store(NONE, Ordering::Release);
         RequestGuard { conn: self.clone() }
+    }
+
+    /// Since when the client has read nothing of what the replica has to send, if it
+    /// has not: a reader that stopped holds its connection (and a listen stream its
+    /// permit) whether requests are in progress or not.
+    pub(super) fn write_stalled_since(&self) -> Option<Instant> {
+        match self.write_stalled.load(Ordering::Acquire) {
+            NONE => None,
+            ms => Some(self.origin + std::time::Duration::from_millis(ms)),
+        }
+    }
+
+    fn write_blocked(&self) {
+        if self.write_stalled.load(Ordering::Relaxed) == NONE
+            && self
+                .write_stalled
+                .compare_exchange(
+                    NONE,
+                    millis_since(self.origin),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            self.wake.notify_one();
+        }
+    }
+
+    fn write_progressed(&self) {
+        if self.write_stalled.load(Ordering::Relaxed) != NONE {
+            self.write_stalled.store(NONE, Ordering::Release);
+        }
     }
 
     fn bytes_arrived(&self) {
@@ -298,13 +333,24 @@ impl<T: AsyncRead + Unpin> AsyncRead for TrackedIo<T> {
     }
 }
 
+impl<T> TrackedIo<T> {
+    fn note_write<R>(&self, polled: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        match &polled {
+            Poll::Pending => self.conn.write_blocked(),
+            Poll::Ready(_) => self.conn.write_progressed(),
+        }
+        polled
+    }
+}
+
 impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.note_write(polled)
     }
 
     fn poll_write_vectored(
@@ -312,7 +358,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.note_write(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -320,7 +367,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.note_write(polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
