@@ -506,6 +506,55 @@ async fn past_the_cap_of_busy_connections_new_ones_get_a_fast_503_and_probes_sti
     replica.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_off_after_the_idle_timeout() {
+    let db = TestDb::new().await;
+    let config = short_timeouts();
+    let idle = config.connections.idle_timeout;
+    let replica = Replica::start_with(&db.store, registry("conformance"), config, keys()).await;
+    let id = stored_task(&db.store, "alice").await;
+    let mut stream = bounded(
+        "listen",
+        replica
+            .client("alice")
+            .listen(json!(1), json!({ "taskIds": [id.to_string()] })),
+    )
+    .await
+    .expect("listen");
+    frame_with(&mut stream, "Queued").await;
+
+    // Far more than socket buffers hold, while the client reads nothing (the same as
+    // push.rs's slow subscriber, whose stream, with the default timeouts, goes on).
+    let lease = claim(&db.store, id).await;
+    let padding = "x".repeat(8 * 1024);
+    for i in 0..2000 {
+        let message = format!("{i:05} {padding}");
+        assert!(
+            db.store
+                .set_status_message(&lease, &message)
+                .await
+                .expect("status")
+        );
+    }
+    assert!(
+        db.store
+            .finish(&lease, &Finish::Completed(json!({ "content": [] })), None)
+            .await
+            .expect("finish")
+    );
+    // The reader stays away well past the idle timeout.
+    tokio::time::sleep(3 * idle).await;
+    while let Ok(Some(frame)) = bounded("the rest of the stream", stream.next()).await {
+        assert!(
+            frame.get("result").is_none(),
+            "the replica kept the stream of a client that stopped reading: {frame}"
+        );
+    }
+    // The replica is unharmed.
+    normal_requests(&replica.client("alice")).await;
+    replica.stop().await;
+}
+
 /// PostgreSQL backend pids of the LISTEN connections on this test's database.
 async fn listener_pids(pool: &sqlx::PgPool) -> Vec<i32> {
     sqlx::query_scalar(
