@@ -17,6 +17,7 @@
 //!   descriptors.
 //! - Accept errors back off, and are logged once per burst with a count.
 
+mod burst;
 pub(crate) mod settings;
 mod track;
 
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use self::burst::Burst;
 use self::settings::{ConnectionConfig, OVERFLOW_CONNECTIONS};
 use self::track::{Admission, GuardedBody, Registered, Registry, Wait};
 use crate::AppState;
@@ -341,85 +343,9 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-/// A condition that can repeat many times a second (accept errors, refusals): logged
-/// when it starts, every minute while it lasts, and when it ends, with how many times it
-/// happened; never once per occurrence.
-struct Burst {
-    what: &'static str,
-    count: u64,
-    since: Option<Instant>,
-    logged: Option<Instant>,
-    pause: Duration,
-}
-
-impl Burst {
-    const FIRST_PAUSE: Duration = Duration::from_millis(10);
-    const MAX_PAUSE: Duration = Duration::from_secs(1);
-    const LOG_EVERY: Duration = Duration::from_secs(60);
-
-    fn new(what: &'static str) -> Self {
-        Self {
-            what,
-            count: 0,
-            since: None,
-            logged: None,
-            pause: Self::FIRST_PAUSE,
-        }
-    }
-
-    /// Counts one occurrence; returns how long to back off before trying again (from
-    /// 10 ms, doubling up to 1 s).
-    fn hit(&mut self, detail: &str) -> Duration {
-        let now = Instant::now();
-        self.count += 1;
-        if self.since.is_none() {
-            self.since = Some(now);
-            self.pause = Self::FIRST_PAUSE;
-            self.logged = Some(now);
-            tracing::warn!(what = self.what, %detail, "{}", self.what);
-        } else {
-            self.pause = (self.pause * 2).min(Self::MAX_PAUSE);
-            if self
-                .logged
-                .is_some_and(|at| now.duration_since(at) >= Self::LOG_EVERY)
-            {
-                self.logged = Some(now);
-                tracing::warn!(what = self.what, %detail, times = self.count, "{}: still", self.what);
-            }
-        }
-        self.pause
-    }
-
-    fn end(&mut self) {
-        if let Some(since) = self.since.take() {
-            tracing::warn!(
-                what = self.what,
-                times = self.count,
-                lasted_ms = since.elapsed().as_millis() as u64,
-                "{}: over after {} times",
-                self.what,
-                self.count
-            );
-            self.count = 0;
-            self.logged = None;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_to_a_second_and_starts_over_after_a_burst() {
-        let mut b = Burst::new("test");
-        let pauses: Vec<u128> = (0..10).map(|_| b.hit("x").as_millis()).collect();
-        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
-        assert_eq!(b.count, 10);
-        b.end();
-        assert_eq!(b.count, 0);
-        assert_eq!(b.hit("x").as_millis(), 10);
-    }
 
     #[test]
     fn graceful_closes_get_the_header_timeout_to_finish() {
