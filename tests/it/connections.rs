@@ -1,7 +1,7 @@
-//! Slow, idle and excess clients over real sockets: header, body and idle timeouts, the
-//! request deadline, the connection cap (idle connections make room; busy ones get a
-//! fast 503 while health probes are still answered), a lowered open-file limit, and the
-//! HTTP/2 limits (advertised settings, rapid reset).
+//! Slow, idle and excess clients over real sockets: header, body and idle timeouts, a
+//! client that stops reading, the request deadline, the connection cap (idle connections
+//! make room; busy ones get a fast 503 while health probes are still answered), a
+//! lowered open-file limit, and (in submodules) the HTTP/2 limits and start-up checks.
 //!
 //! Timeouts are short in these replicas' configs, and every wait is bounded by `BOUND`,
 //! which fails the test on a hang; nothing asserts how long anything took.
