@@ -15,6 +15,7 @@
 mod attacks;
 mod auth;
 mod benches;
+mod connections;
 mod harness;
 mod processes;
 mod properties;

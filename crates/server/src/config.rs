@@ -87,6 +87,8 @@ pub struct ServerConfig {
     pub max_tasks_in_flight: i64,
     /// Requests per principal per replica; `None` turns the limit off.
     pub rate_limit: Option<crate::RateLimit>,
+    /// Timeouts and limits of connections and of requests as a whole.
+    pub connections: crate::ConnectionConfig,
     /// Set when tokens are required: published as RFC 9728 metadata and named in
     /// `WWW-Authenticate` challenges.
     pub protected_resource: Option<crate::ProtectedResource>,
@@ -116,6 +118,7 @@ impl ServerConfig {
             max_input_response_bytes: 256 * 1024,
             max_tasks_in_flight: 1000,
             rate_limit: Some(crate::RateLimit::default()),
+            connections: crate::ConnectionConfig::default(),
         }
     }
 }

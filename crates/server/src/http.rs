@@ -1,18 +1,17 @@
 //! The HTTP surface: `POST /mcp`, `GET /healthz`, `GET /readyz`.
 
-use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use mcp_tasks_wire::jsonrpc::{self, EnvelopeError, parse_message};
 use mcp_tasks_wire::{ErrorObject, Incoming, RequestId};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use tokio::time::{Instant, timeout_at};
 
 use crate::auth::AuthError;
 use crate::error::RpcError;
@@ -102,9 +101,13 @@ fn not_ready(reason: &str) -> Response {
 async fn mcp(
     State(state): State<AppState>,
     method: Method,
+    version: Version,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // One deadline from the head to the answer (a listen stream's frames come after).
+    let limits = &state.config().connections;
+    let deadline = Instant::now() + limits.request_timeout;
     if method != Method::POST {
         let mut response = json_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -132,9 +135,10 @@ async fn mcp(
         );
     }
 
-    let owner = match state.auth().authenticate(&headers).await {
-        Ok(owner) => owner,
-        Err(e) => return unauthorized(&state, &e),
+    let owner = match timeout_at(deadline, state.auth().authenticate(&headers)).await {
+        Ok(Ok(owner)) => owner,
+        Ok(Err(e)) => return unauthorized(&state, &e),
+        Err(_) => return deadline_passed(&state, None),
     };
 
     if let Some(limiter) = state.rate_limiter()
@@ -170,7 +174,14 @@ async fn mcp(
     }
 
     let limit = state.config().max_body_bytes;
-    let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
+    // A body that stalls would otherwise hold the connection and this task for as long
+    // as the client likes.
+    let read_by = deadline.min(Instant::now() + limits.body_timeout);
+    let read = match timeout_at(read_by, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read,
+        Err(_) => return body_too_slow(&state, version),
+    };
+    let bytes: Bytes = match read {
         Ok(bytes) => bytes,
         Err(e)
             if std::error::Error::source(&e)
@@ -220,10 +231,17 @@ async fn mcp(
         principal = %owner.principal,
     );
     let outcome = tracing::Instrument::instrument(
-        dispatch::handle(&state, &owner, &headers, request),
+        timeout_at(
+            deadline,
+            dispatch::handle(&state, &owner, &headers, request),
+        ),
         span.clone(),
     )
     .await;
+    let Ok(outcome) = outcome else {
+        span.in_scope(|| tracing::info!("request failed: deadline passed"));
+        return deadline_passed(&state, Some(&id));
+    };
     match outcome {
         Ok(dispatch::Reply::Result(result)) => json_response(
             StatusCode::OK,
@@ -255,33 +273,75 @@ async fn mcp(
     }
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, lets
-/// in-flight requests finish, and stops the replica's own tasks, waiting for them.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Without TCP_NODELAY, bodies written in several pieces (SSE frames, chunked JSON)
-    // stall on Nagle's algorithm for about 40 ms each.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let app = router(state.clone());
-    let background = state.inner.background.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            state.shutdown().cancel();
-        })
-        .await;
-    // Every request has finished: nothing needs the hub or the waker any more.
-    background.stop();
-    background.tasks.wait().await;
-    served
+/// 408: the body did not arrive within the body timeout. The connection is closed after
+/// the answer (HTTP/1.1), as the rest of the body can no longer be told from a next
+/// request.
+fn body_too_slow(state: &AppState, version: Version) -> Response {
+    let max = millis(state.config().connections.body_timeout);
+    tracing::info!(max_ms = max, "request refused: body not received in time");
+    let mut response = json_response(
+        StatusCode::REQUEST_TIMEOUT,
+        error_body(
+            None,
+            &ErrorObject::invalid_request(format!(
+                "the request body did not arrive within {max} ms"
+            ))
+            .with_data(json!({ "limit": "body_ms", "max": max })),
+        ),
+    );
+    if version < Version::HTTP_2 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// 503: the request was not answered within the request timeout (whatever it waited
+/// for is abandoned, as when a client goes away).
+fn deadline_passed(state: &AppState, id: Option<&RequestId>) -> Response {
+    let max = millis(state.config().connections.request_timeout);
+    let mut response = json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        error_body(
+            id,
+            &ErrorObject::new(
+                mcp_tasks_wire::codes::INTERNAL_ERROR,
+                format!("the request was not answered within {max} ms"),
+            )
+            .with_data(json!({ "limit": "request_ms", "max": max })),
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(1));
+    response
+}
+
+/// 503 for a connection past the replica's connection cap: retry in a moment, or on
+/// another replica.
+pub(crate) fn over_capacity(max_connections: usize) -> Response {
+    let mut response = json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        error_body(
+            None,
+            &ErrorObject::new(
+                mcp_tasks_wire::codes::INTERNAL_ERROR,
+                format!(
+                    "this replica is serving its maximum of {max_connections} connections; retry after 1 s"
+                ),
+            )
+            .with_data(json!({ "limit": "connections", "max": max_connections })),
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(1));
+    response
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

@@ -11,6 +11,7 @@
 mod answers;
 mod auth;
 mod config;
+mod conn;
 mod dispatch;
 mod error;
 mod http;
@@ -38,7 +39,9 @@ pub use auth::{
     AuthError, Authenticator, JwtAuth, JwtConfig, KeySource, NoAuth, ProtectedResource,
 };
 pub use config::{AllowedHosts, ServerConfig};
-pub use http::{router, serve};
+pub use conn::serve;
+pub use conn::settings::{ConnectionConfig, ConnectionLimit};
+pub use http::router;
 pub use limits::RateLimit;
 pub use push::HubConfig;
 pub use request_state::StateKeys;
@@ -180,6 +183,21 @@ impl AppState {
     /// does not return before it has finished.
     fn tracker(&self) -> &TaskTracker {
         &self.inner.background.tasks
+    }
+
+    /// Stops the replica's own tasks (the push hub, the waker, work requests left behind)
+    /// and waits for them; called once every connection is closed.
+    pub(crate) async fn stop_background(&self) {
+        self.inner.background.stop();
+        self.inner.background.tasks.wait().await;
+    }
+
+    /// The connection cap this replica serves with, checked against the open-file limit
+    /// (its database pool's connections are kept out of it); an error says what does not
+    /// fit.
+    pub fn connection_limit(&self) -> Result<ConnectionLimit, String> {
+        let pool = self.inner.store.max_connections();
+        self.inner.config.connections.limit(pool)
     }
 
     /// Fires when the replica starts shutting down.

@@ -196,6 +196,11 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// The most connections this store's pool opens.
+    pub fn max_connections(&self) -> u32 {
+        self.pool.options().get_max_connections()
+    }
+
     /// Readiness: the database answers a trivial query.
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await.db()?;

@@ -86,6 +86,36 @@ impl Proc {
             .await
     }
 
+    /// `mcp-tasks serve` with its soft open-file limit lowered to `nofile` (by the shell's
+    /// `ulimit`: lowering a limit needs no privilege).
+    pub(crate) async fn serve_with_file_limit(
+        database_url: &str,
+        tools: &str,
+        extra_env: &[(&str, &str)],
+        nofile: u64,
+    ) -> Self {
+        let limit = nofile.to_string();
+        let mut p = Self::spawn_program(
+            "sh",
+            "serve",
+            database_url,
+            &[
+                "-c",
+                r#"ulimit -S -n "$0" && exec "$@""#,
+                &limit,
+                BIN,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tools",
+                tools,
+            ],
+            extra_env,
+        );
+        p.name = format!("serve(nofile {nofile})");
+        p.listening().await
+    }
+
     async fn listening(mut self) -> Self {
         let (tx, rx) = oneshot::channel();
         self.forward_logs(Some(tx));
@@ -110,14 +140,21 @@ impl Proc {
     }
 
     fn spawn(name: &str, database_url: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::from(mcp_tasks(
-            args,
-            &[
-                ("DATABASE_URL", database_url),
-                ("MCP_TASKS_LOG", "info,sqlx=warn"),
-            ],
-        ));
-        cmd.stdout(Stdio::null())
+        Self::spawn_program(BIN, name, database_url, args, extra_env)
+    }
+
+    fn spawn_program(
+        program: &str,
+        name: &str,
+        database_url: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Self {
+        let mut cmd = Command::from(command(program));
+        cmd.args(args)
+            .env("DATABASE_URL", database_url)
+            .env("MCP_TASKS_LOG", "info,sqlx=warn")
+            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in extra_env {

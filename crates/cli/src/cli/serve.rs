@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use mcp_tasks_server::{AllowedHosts, AppState, RateLimit, ServerConfig, StateKeys};
+use mcp_tasks_server::{
+    AllowedHosts, AppState, ConnectionConfig, RateLimit, ServerConfig, StateKeys,
+};
 use mcp_tasks_store::Store;
 use mcp_tasks_tools::Registry;
 use tokio_util::sync::CancellationToken;
@@ -94,7 +96,57 @@ pub(super) struct ServerArgs {
     #[arg(long, env = "MCP_TASKS_RATE_BURST", default_value_t = 300.0)]
     rate_burst: f64,
     #[command(flatten)]
+    connections: ConnectionArgs,
+    #[command(flatten)]
     auth: AuthArgs,
+}
+
+/// Connection-level timeouts and limits: what keeps slow, idle and excess clients from
+/// holding a replica.
+#[derive(Debug, Args)]
+pub(super) struct ConnectionArgs {
+    /// Most client connections served at once; past it, the connection idle longest is
+    /// closed to make room, or new ones get 503 with Retry-After. Defaults to what the
+    /// open-file limit leaves after the database pool and the process; a larger value is
+    /// refused.
+    #[arg(long, env = "MCP_TASKS_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
+    /// How long a request's head may take to arrive, from its first byte (from the
+    /// accept on a new connection); then the connection is closed (ms).
+    #[arg(long, env = "MCP_TASKS_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    header_timeout_ms: u64,
+    /// How long a request's body may take to arrive once its head is in; then 408 and
+    /// the connection is closed (ms).
+    #[arg(long, env = "MCP_TASKS_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    body_timeout_ms: u64,
+    /// How long a connection may stay open with no request in progress, or with a client
+    /// that reads nothing of its answers (ms). Listen streams and waits for a task are in
+    /// progress.
+    #[arg(long, env = "MCP_TASKS_IDLE_TIMEOUT_MS", default_value_t = 65_000)]
+    idle_timeout_ms: u64,
+    /// Longest a request may take from its head to its answer, then 503 (ms); must exceed
+    /// the sync wait. Listen streams are not counted once answered.
+    #[arg(long, env = "MCP_TASKS_REQUEST_TIMEOUT_MS", default_value_t = 90_000)]
+    request_timeout_ms: u64,
+    /// HTTP/2 streams one connection may have open at once.
+    #[arg(long, env = "MCP_TASKS_H2_MAX_STREAMS", default_value_t = 100)]
+    h2_max_streams: u32,
+}
+
+impl ConnectionArgs {
+    fn config(&self) -> ConnectionConfig {
+        ConnectionConfig {
+            max_connections: self
+                .max_connections
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            h2_max_concurrent_streams: self.h2_max_streams,
+            ..ConnectionConfig::default()
+        }
+    }
 }
 
 impl ServerArgs {
@@ -119,6 +171,7 @@ impl ServerArgs {
             per_second: self.rate_limit,
             burst: self.rate_burst.max(1.0),
         });
+        c.connections = self.connections.config();
         c
     }
 
@@ -145,6 +198,13 @@ pub(super) async fn serve(
 ) -> anyhow::Result<()> {
     let (auth, protected_resource) = args.auth.authenticator(args.listen).await?;
     let mut config = args.config();
+    if config.connections.request_timeout <= config.sync_wait {
+        bail!(
+            "MCP_TASKS_REQUEST_TIMEOUT_MS ({} ms) must be longer than MCP_TASKS_SYNC_WAIT_MS ({} ms), or every wait for a task would be cut short",
+            config.connections.request_timeout.as_millis(),
+            config.sync_wait.as_millis()
+        );
+    }
     config.protected_resource = protected_resource;
     let state = AppState::new(
         store,
@@ -154,11 +214,19 @@ pub(super) async fn serve(
         args.state_keys()?,
         shutdown.child_token(),
     );
+    let limit = state
+        .connection_limit()
+        .map_err(anyhow::Error::msg)
+        .context("MCP_TASKS_MAX_CONNECTIONS")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, "listening on http://{addr}/mcp");
+    tracing::info!(
+        %addr,
+        max_connections = limit.max_connections,
+        "listening on http://{addr}/mcp"
+    );
     if !addr.ip().is_loopback() && matches!(args.config().allowed_hosts, AllowedHosts::Any) {
         tracing::warn!(
             "listening beyond loopback with any Host allowed; set MCP_TASKS_ALLOWED_HOSTS to the names clients use"
