@@ -18,7 +18,7 @@ pub mod tasks;
 pub mod time_fmt;
 
 pub use error::{ErrorObject, codes};
-pub use jsonrpc::{Incoming, Notification, Request, RequestId, Response};
+pub use jsonrpc::{ClientResponse, Incoming, Notification, Request, RequestId, Response};
 pub use meta::{ClientCapabilities, RequestMeta};
 pub use tasks::{TaskStatus, TaskView};
 
