@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId};
+use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, TaskRecord};
 use mcp_tasks_tools::{ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
 use serde_json::{Map, Value, json};
@@ -30,6 +30,45 @@ pub(crate) async fn call(
     trace_context: Value,
     idempotency_key: Option<String>,
 ) -> Result<Map<String, Value>, RpcError> {
+    match start(state, owner, meta, params, trace_context, idempotency_key).await? {
+        Started::Answered(result) => Ok(result),
+        Started::Task {
+            tool,
+            task,
+            retryable,
+        } => {
+            if meta.client_capabilities.declares_tasks() {
+                return Ok(task.view().create_result());
+            }
+            wait_for_result(state, owner, meta, tool, task.id, retryable).await
+        }
+    }
+}
+
+/// What [`start`] made of a call.
+pub(crate) enum Started<'a> {
+    /// Answered without a new task: a sync-only tool's result, an MRTR round, or the end
+    /// of a wait that an earlier round began.
+    Answered(Map<String, Value>),
+    /// A task runs the call (with an `Idempotency-Key`, perhaps one that already did).
+    Task {
+        tool: &'a Tool,
+        task: Box<TaskRecord>,
+        /// The call carried an `Idempotency-Key`, so a client can pick the task up again.
+        retryable: bool,
+    },
+}
+
+/// Checks a call and either answers it or creates the task that runs it; waiting for the
+/// task, or handing it to the client, is the caller's part.
+pub(crate) async fn start<'a>(
+    state: &'a AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    params: &Map<String, Value>,
+    trace_context: Value,
+    idempotency_key: Option<String>,
+) -> Result<Started<'a>, RpcError> {
     let name = string_param(params, "name")?;
     let tool = state
         .registry()
@@ -78,15 +117,20 @@ pub(crate) async fn call(
         Round::Pre(answers) => answers,
         Round::Task(id) => {
             apply_params_to_task(state, owner, id, params).await?;
-            return wait_for_result(state, owner, meta, tool, id, false).await;
+            return wait_for_result(state, owner, meta, tool, id, false)
+                .await
+                .map(Started::Answered);
         }
     };
 
     if tool.policy == ExecutionPolicy::SyncOnly {
-        return run_here(state, owner, meta, tool, &arguments, answers).await;
+        return run_here(state, owner, meta, tool, &arguments, answers)
+            .await
+            .map(Started::Answered);
     }
     if let Err(requests) = tool.preflight(&arguments, &answers) {
-        return input_required(state, owner, meta, tool, &arguments, answers, requests);
+        return input_required(state, owner, meta, tool, &arguments, answers, requests)
+            .map(Started::Answered);
     }
 
     let limit = state.config().max_tasks_in_flight;
@@ -141,10 +185,11 @@ pub(crate) async fn call(
             });
         }
     };
-    if declares_tasks {
-        return Ok(task.view().create_result());
-    }
-    wait_for_result(state, owner, meta, tool, task.id, retryable).await
+    Ok(Started::Task {
+        tool,
+        task: Box::new(task),
+        retryable,
+    })
 }
 
 fn millis(d: Duration) -> i64 {
@@ -340,7 +385,7 @@ fn as_map(v: Value) -> Map<String, Value> {
 
 /// Cancels the task if the wait is abandoned (the client went away, or gave up) before
 /// the task finished: nobody could ever read its result.
-struct CancelOnDrop {
+pub(crate) struct CancelOnDrop {
     store: Store,
     owner: Owner,
     id: TaskId,
@@ -348,7 +393,16 @@ struct CancelOnDrop {
 }
 
 impl CancelOnDrop {
-    fn disarm(&mut self) {
+    pub(crate) fn new(store: Store, owner: Owner, id: TaskId, armed: bool) -> Self {
+        Self {
+            store,
+            owner,
+            id,
+            armed,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
 }
