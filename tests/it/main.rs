@@ -4,6 +4,7 @@
 mod attacks;
 mod auth;
 mod benches;
+mod clients;
 mod end_reasons;
 mod events;
 mod harness;
@@ -13,4 +14,5 @@ mod properties;
 mod protocol;
 mod push;
 mod reliability;
+mod sessions;
 mod smoke;
