@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::RpcError;
 use crate::params::{idempotency_key, single_header, string_param};
+pub(crate) use crate::reply::Reply;
 use crate::tasks_methods::{self, TaskMethod};
 use crate::{AppState, legacy, push, session, tools_call, trace};
 
@@ -47,8 +48,6 @@ impl Method {
         })
     }
 }
-
-pub(crate) use crate::reply::Reply;
 
 pub(crate) async fn handle(
     state: &AppState,
