@@ -15,6 +15,7 @@
 mod attacks;
 mod auth;
 mod benches;
+mod clients;
 mod connections;
 mod harness;
 mod processes;
@@ -22,6 +23,7 @@ mod properties;
 mod protocol;
 mod push;
 mod reliability;
+mod sessions;
 mod smoke;
 mod store;
 mod workers;

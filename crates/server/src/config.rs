@@ -67,6 +67,10 @@ pub struct ServerConfig {
     pub retention: Duration,
     /// How long an MRTR `requestState` stays valid.
     pub request_state_ttl: Duration,
+    /// How long a session of a 2025-era client lasts (its `Mcp-Session-Id` expires then).
+    pub session_ttl: Duration,
+    /// Most ended sessions remembered per principal before they are ended all at once.
+    pub max_session_revocations: i64,
     /// Cache freshness advertised on `server/discover` and list results.
     pub cache_ttl: Duration,
     pub instructions: Option<String>,
@@ -106,6 +110,8 @@ impl ServerConfig {
             drain_grace: Duration::from_secs(10),
             retention: Duration::from_secs(3600),
             request_state_ttl: Duration::from_secs(15 * 60),
+            session_ttl: Duration::from_secs(24 * 3600),
+            max_session_revocations: 1000,
             cache_ttl: Duration::from_secs(300),
             instructions: None,
             max_listen_tasks: 100,

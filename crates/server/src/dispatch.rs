@@ -9,8 +9,9 @@ use serde_json::{Map, Value, json};
 
 use crate::error::RpcError;
 use crate::params::{idempotency_key, single_header, string_param};
+pub(crate) use crate::reply::Reply;
 use crate::tasks_methods::{self, TaskMethod};
-use crate::{AppState, legacy, push, tools_call, trace};
+use crate::{AppState, legacy, push, session, tools_call, trace};
 
 /// Every method this server answers, named once. Anything else, including the methods
 /// of earlier revisions, is "method not found".
@@ -48,19 +49,19 @@ impl Method {
     }
 }
 
-/// What a request gets back: one JSON-RPC result, or (for `subscriptions/listen`) a
-/// stream that carries its own frames and ends with the result.
-pub(crate) enum Reply {
-    Result(Value),
-    Stream(axum::response::Response),
-}
-
 pub(crate) async fn handle(
     state: &AppState,
     owner: &Owner,
     headers: &HeaderMap,
     request: Request,
 ) -> Result<Reply, RpcError> {
+    // 2025-era clients: their session stands in for `_meta`, then the same methods run.
+    if session::applies(headers, &request) {
+        let delegate = |meta: RequestMeta, request: Request| async move {
+            run(state, owner, headers, meta, request).await
+        };
+        return session::handle(state, owner, headers, request, delegate).await;
+    }
     if let Some(result) = legacy::initialize(state, &request) {
         return Ok(Reply::Result(result));
     }
@@ -79,7 +80,17 @@ pub(crate) async fn handle(
             SUPPORTED_VERSIONS,
         )));
     }
+    run(state, owner, headers, meta, request).await
+}
 
+/// Runs the method, for a request whose protocol fields have been checked.
+async fn run(
+    state: &AppState,
+    owner: &Owner,
+    headers: &HeaderMap,
+    meta: RequestMeta,
+    request: Request,
+) -> Result<Reply, RpcError> {
     let Some(method) = Method::parse(&request.method) else {
         return Err(RpcError::protocol(ErrorObject::method_not_found(
             &request.method,

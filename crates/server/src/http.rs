@@ -1,4 +1,5 @@
-//! The HTTP surface: `POST /mcp`, `GET /healthz`, `GET /readyz`.
+//! The HTTP surface: `POST /mcp` (and `DELETE /mcp` of a 2025-era session), `GET /healthz`,
+//! `GET /readyz`.
 
 use std::time::Duration;
 
@@ -8,14 +9,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use mcp_tasks_wire::jsonrpc::{self, EnvelopeError, parse_message};
-use mcp_tasks_wire::{ErrorObject, Incoming, RequestId};
+use mcp_tasks_wire::jsonrpc::{self, EnvelopeError, parse_value};
+use mcp_tasks_wire::{ClientResponse, ErrorObject, Incoming, RequestId, strict};
 use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use crate::auth::AuthError;
 use crate::error::RpcError;
-use crate::{AppState, dispatch};
+use crate::{AppState, dispatch, session};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -96,8 +97,8 @@ fn not_ready(reason: &str) -> Response {
         .into_response()
 }
 
-/// The MCP endpoint. Only POST carries messages in this revision; there is no GET
-/// stream and no session to DELETE.
+/// The MCP endpoint. Only POST carries messages; `DELETE` ends a 2025-era client's
+/// session. There is no GET stream (405, which the 2025 transport allows).
 async fn mcp(
     State(state): State<AppState>,
     method: Method,
@@ -108,6 +109,9 @@ async fn mcp(
     // One deadline from the head to the answer (a listen stream's frames come after).
     let limits = &state.config().connections;
     let deadline = Instant::now() + limits.request_timeout;
+    if method == Method::DELETE && session::named(&headers) {
+        return delete_session(&state, &headers).await;
+    }
     if method != Method::POST {
         let mut response = json_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -121,9 +125,14 @@ async fn mcp(
                 ),
             ),
         );
+        let allow = if session::named(&headers) {
+            "POST, DELETE"
+        } else {
+            "POST"
+        };
         response
             .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
         return response;
     }
 
@@ -209,11 +218,38 @@ async fn mcp(
         }
     };
 
-    let request = match parse_message(&bytes, state.config().json_limits) {
+    let message = match strict::parse(&bytes, state.config().json_limits) {
+        Ok(message) => message,
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(None, &ErrorObject::parse_error(e)),
+            );
+        }
+    };
+    let in_session = session::named(&headers);
+    // A client's answer to a request the server sent (2025-era sessions only).
+    if in_session && let Some(response) = ClientResponse::from_value(&message) {
+        let outcome = match response {
+            Ok(response) => session::on_response(&state, &owner, &headers, response).await,
+            Err(EnvelopeError { error, .. }) => Err(RpcError::protocol(error)),
+        };
+        return match outcome {
+            Ok(()) => StatusCode::ACCEPTED.into_response(),
+            Err(e) => error_response(None, e),
+        };
+    }
+    let request = match parse_value(message) {
         Ok(Incoming::Request(request)) => request,
-        // Nothing is ever sent back for a notification; this revision defines none from
-        // client to server over HTTP, so any that arrive are accepted and dropped.
+        // Nothing is ever sent back for a notification. 2026-07-28 defines none from
+        // client to server over HTTP, so any that arrive are accepted and dropped; in a
+        // 2025-era session they are accepted once the session checks out.
         Ok(Incoming::Notification(n)) => {
+            if in_session
+                && let Err(e) = session::on_notification(&state, &owner, &headers, &n).await
+            {
+                return error_response(None, e);
+            }
             tracing::debug!(method = %n.method, "notification accepted and ignored");
             return StatusCode::ACCEPTED.into_response();
         }
@@ -248,28 +284,49 @@ async fn mcp(
             jsonrpc::Response::result(id, result).to_json(),
         ),
         Ok(dispatch::Reply::Stream(response)) => response,
-        Err(RpcError {
-            error,
-            status,
-            retry_after,
-        }) => {
-            // Messages can quote what the client sent; they stay out of info-level logs.
-            span.in_scope(|| {
-                tracing::info!(
-                    code = error.code,
-                    status = status.as_u16(),
-                    "request failed"
-                );
-                tracing::debug!(message = %error.message, "request failed");
-            });
-            let mut response = json_response(status, error_body(Some(&id), &error));
-            if let Some(seconds) = retry_after {
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-            }
-            response
-        }
+        Err(e) => span.in_scope(|| error_response(Some(&id), e)),
+    }
+}
+
+/// An error answer with its status (and `Retry-After`, for 429 and 503).
+fn error_response(id: Option<&RequestId>, e: RpcError) -> Response {
+    let RpcError {
+        error,
+        status,
+        retry_after,
+    } = e;
+    // Messages can quote what the client sent; they stay out of info-level logs.
+    tracing::info!(
+        code = error.code,
+        status = status.as_u16(),
+        "request failed"
+    );
+    tracing::debug!(message = %error.message, "request failed");
+    let mut response = json_response(status, error_body(id, &error));
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// `DELETE` with an `Mcp-Session-Id`: the same checks as a POST, then the session ends.
+async fn delete_session(state: &AppState, headers: &HeaderMap) -> Response {
+    if let Err(reason) = check_host_and_origin(state, headers) {
+        tracing::warn!(%reason, "request refused: host or origin not allowed");
+        return json_response(
+            StatusCode::FORBIDDEN,
+            error_body(None, &ErrorObject::invalid_request(reason)),
+        );
+    }
+    let owner = match state.auth().authenticate(headers).await {
+        Ok(owner) => owner,
+        Err(e) => return unauthorized(state, &e),
+    };
+    match session::delete(state, &owner, headers).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => error_response(None, e),
     }
 }
 

@@ -1,9 +1,9 @@
-//! Legacy (2025-11-25 and earlier) clients open with an `initialize` handshake and no
-//! per-request `_meta`. This replica speaks only 2026-07-28, so it answers such a
-//! handshake the way the legacy negotiation rules prescribe for a server that does not
-//! support the requested version: with the version it does support. A legacy client
-//! then sees a version it cannot speak and disconnects with that as its diagnostic,
-//! which is the most useful thing it can be told. No session is created.
+//! A legacy `initialize` (no `_meta`) that no session answers: one asking for 2026-07-28
+//! (rmcp's default start-up sends that), or for a version this server does not speak.
+//! The legacy negotiation rules prescribe answering with a version the server supports,
+//! its latest: 2026-07-28. A client that cannot speak it disconnects with that as its
+//! diagnostic. No session is created. (`initialize` at 2025-03-26, 2025-06-18 or
+//! 2025-11-25 opens a session instead: see the `session` module.)
 //!
 //! A modern-framed `initialize` (one carrying `_meta`) is a removed method and gets
 //! `-32601` like any other.
@@ -25,14 +25,14 @@ pub(crate) fn initialize(state: &AppState, request: &Request) -> Option<Value> {
     }
     tracing::info!(
         requested = ?request.params.get("protocolVersion"),
-        "legacy initialize answered with the only supported version"
+        "legacy initialize answered with the latest supported version"
     );
     Some(json!({
         "protocolVersion": PROTOCOL_VERSION,
         "capabilities": { "tools": {} },
         "serverInfo": state.config().server_info,
         "instructions": format!(
-            "This server supports only MCP {PROTOCOL_VERSION} (stateless, per-request _meta with {}); it does not support the requested version.",
+            "This server speaks MCP {PROTOCOL_VERSION} (stateless, per-request _meta with {}), and 2025-03-26, 2025-06-18 and 2025-11-25 through initialize; it does not support the requested version.",
             meta_keys::PROTOCOL_VERSION
         ),
     }))

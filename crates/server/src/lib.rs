@@ -1,8 +1,9 @@
 //! One stateless Streamable HTTP replica (MCP 2026-07-28 with the Tasks extension).
 //!
 //! A replica keeps nothing between requests: every request carries its own protocol
-//! version and capabilities, and every task lives in PostgreSQL. Any replica can answer
-//! any request, so replicas scale behind a plain load balancer.
+//! version and capabilities (a 2025-era client's signed session id carries them for it),
+//! and every task lives in PostgreSQL. Any replica can answer any request, so replicas
+//! scale behind a plain load balancer.
 //!
 //! The request path, in order (see `http.rs` and `dispatch.rs`): Host/Origin check →
 //! authentication → media type and body size → JSON-RPC envelope → `_meta` → routing
@@ -19,7 +20,9 @@ mod legacy;
 mod limits;
 mod params;
 mod push;
+mod reply;
 mod request_state;
+mod session;
 mod tasks_methods;
 mod tools_call;
 mod trace;

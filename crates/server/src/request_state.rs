@@ -79,10 +79,33 @@ impl StateKeys {
     }
 
     pub(crate) fn sign(&self, state: &RequestState) -> String {
-        let json = serde_json::to_vec(state).unwrap_or_default();
-        let payload = format!("{PREFIX}{}", B64.encode(json));
-        let tag = Self::mac(&self.keys[0], &payload).finalize().into_bytes();
-        format!("{payload}.{}", B64.encode(tag))
+        self.seal(PREFIX, &serde_json::to_vec(state).unwrap_or_default())
+    }
+
+    /// `{prefix}{base64(payload)}.{base64(tag)}`: the prefix names what the token is, and
+    /// is covered by the tag, so a token of one kind never verifies as another.
+    pub(crate) fn seal(&self, prefix: &str, payload: &[u8]) -> String {
+        let signed = format!("{prefix}{}", B64.encode(payload));
+        let tag = Self::mac(&self.keys[0], &signed).finalize().into_bytes();
+        format!("{signed}.{}", B64.encode(tag))
+    }
+
+    /// The payload of a token [`Self::seal`]ed with `prefix` under any of the keys, or
+    /// `None` when it is malformed, of another kind, longer than `max_bytes`, or forged.
+    pub(crate) fn open(&self, prefix: &str, token: &str, max_bytes: usize) -> Option<Vec<u8>> {
+        if token.len() > max_bytes {
+            return None;
+        }
+        let (signed, tag) = token.rsplit_once('.')?;
+        let tag = B64.decode(tag).ok()?;
+        if !self
+            .keys
+            .iter()
+            .any(|key| Self::mac(key, signed).verify_slice(&tag).is_ok())
+        {
+            return None;
+        }
+        B64.decode(signed.strip_prefix(prefix)?).ok()
     }
 
     pub(crate) fn verify(&self, token: &str) -> Result<RequestState, &'static str> {
@@ -229,6 +252,21 @@ mod tests {
         assert!(keys.verify(&format!("{payload}x.{tag}")).is_err());
         assert!(keys.verify("garbage").is_err());
         assert!(StateKeys::random().verify(&token).is_err());
+    }
+
+    #[test]
+    fn sealed_tokens_keep_their_kind() {
+        let keys = StateKeys::random();
+        let token = keys.seal("s1.", b"{}");
+        assert_eq!(keys.open("s1.", &token, 1024).as_deref(), Some(&b"{}"[..]));
+        assert_eq!(keys.open("e1.", &token, 1024), None);
+        assert_eq!(keys.open("s1.", &token, 8), None);
+        assert_eq!(StateKeys::random().open("s1.", &token, 1024), None);
+        let forged = token.replacen("s1.", "e1.", 1);
+        assert_eq!(keys.open("e1.", &forged, 1024), None);
+        // A requestState is not a session, nor the other way round.
+        assert!(keys.verify(&token).is_err());
+        assert_eq!(keys.open("s1.", &keys.sign(&state()), 1024), None);
     }
 
     #[test]

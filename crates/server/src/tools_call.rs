@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId};
+use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, TaskRecord};
 use mcp_tasks_tools::{ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::results::input_required_result;
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
@@ -32,6 +32,45 @@ pub(crate) async fn call(
     trace_context: Value,
     idempotency_key: Option<String>,
 ) -> Result<Map<String, Value>, RpcError> {
+    match start(state, owner, meta, params, trace_context, idempotency_key).await? {
+        Started::Answered(result) => Ok(result),
+        Started::Task {
+            tool,
+            task,
+            retryable,
+        } => {
+            if meta.client_capabilities.declares_tasks() {
+                return Ok(task.view().create_result());
+            }
+            wait_for_result(state, owner, meta, tool, task.id, retryable).await
+        }
+    }
+}
+
+/// What [`start`] made of a call.
+pub(crate) enum Started<'a> {
+    /// Answered without a new task: a sync-only tool's result, an MRTR round, or the end
+    /// of a wait that an earlier round began.
+    Answered(Map<String, Value>),
+    /// A task runs the call (with an `Idempotency-Key`, perhaps one that already did).
+    Task {
+        tool: &'a Tool,
+        task: Box<TaskRecord>,
+        /// The call carried an `Idempotency-Key`, so a client can pick the task up again.
+        retryable: bool,
+    },
+}
+
+/// Checks a call and either answers it or creates the task that runs it; waiting for the
+/// task, or handing it to the client, is the caller's part.
+pub(crate) async fn start<'a>(
+    state: &'a AppState,
+    owner: &Owner,
+    meta: &RequestMeta,
+    params: &Map<String, Value>,
+    trace_context: Value,
+    idempotency_key: Option<String>,
+) -> Result<Started<'a>, RpcError> {
     let name = string_param(params, "name")?;
     let tool = state
         .registry()
@@ -80,15 +119,20 @@ pub(crate) async fn call(
         Round::Pre(answers) => answers,
         Round::Task(id) => {
             apply_params_to_task(state, owner, id, params).await?;
-            return wait_for_result(state, owner, meta, tool, id, false).await;
+            return wait_for_result(state, owner, meta, tool, id, false)
+                .await
+                .map(Started::Answered);
         }
     };
 
     if tool.policy == ExecutionPolicy::SyncOnly {
-        return run_here(state, owner, meta, tool, &arguments, answers).await;
+        return run_here(state, owner, meta, tool, &arguments, answers)
+            .await
+            .map(Started::Answered);
     }
     if let Err(requests) = tool.preflight(&arguments, &answers) {
-        return input_required(state, owner, meta, tool, &arguments, answers, requests);
+        return input_required(state, owner, meta, tool, &arguments, answers, requests)
+            .map(Started::Answered);
     }
 
     let limit = state.config().max_tasks_in_flight;
@@ -143,10 +187,11 @@ pub(crate) async fn call(
             });
         }
     };
-    if declares_tasks {
-        return Ok(task.view().create_result());
-    }
-    wait_for_result(state, owner, meta, tool, task.id, retryable).await
+    Ok(Started::Task {
+        tool,
+        task: Box::new(task),
+        retryable,
+    })
 }
 
 fn millis(d: Duration) -> i64 {
@@ -336,7 +381,7 @@ fn as_map(v: Value) -> Map<String, Value> {
 
 /// Cancels the task if the wait is abandoned (the client went away, or gave up) before
 /// the task finished: nobody could ever read its result.
-struct CancelOnDrop {
+pub(crate) struct CancelOnDrop {
     store: Store,
     /// The replica's tracker: the cancellation is written before the replica exits.
     tracker: TaskTracker,
@@ -346,7 +391,17 @@ struct CancelOnDrop {
 }
 
 impl CancelOnDrop {
-    fn disarm(&mut self) {
+    pub(crate) fn new(state: &AppState, owner: &Owner, id: TaskId, armed: bool) -> Self {
+        Self {
+            store: state.store().clone(),
+            tracker: state.tracker().clone(),
+            owner: owner.clone(),
+            id,
+            armed,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
 }
@@ -383,13 +438,7 @@ async fn wait_for_result(
     id: TaskId,
     retryable: bool,
 ) -> Result<Map<String, Value>, RpcError> {
-    let mut guard = CancelOnDrop {
-        store: state.store().clone(),
-        tracker: state.tracker().clone(),
-        owner: owner.clone(),
-        id,
-        armed: !retryable,
-    };
+    let mut guard = CancelOnDrop::new(state, owner, id, !retryable);
     let mut deadline = tokio::time::Instant::now() + state.config().sync_wait;
     let mut draining = false;
     // The hub tells us about every change to the task, read once for all who wait on it.

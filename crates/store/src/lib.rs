@@ -15,9 +15,11 @@
 mod client_ops;
 mod events;
 mod lease;
+mod listing;
 mod maintenance;
 mod notify;
 mod record;
+mod sessions;
 mod watch;
 
 use std::time::Duration;
@@ -30,9 +32,11 @@ pub use client_ops::{
 };
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
+pub use listing::ListCursor;
 pub use maintenance::MaintenanceReport;
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
+pub use sessions::Revocation;
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

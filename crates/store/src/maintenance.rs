@@ -12,6 +12,8 @@ pub struct MaintenanceReport {
     pub deleted: u64,
     /// Tombstones older than their retention, now deleted.
     pub tombstones_deleted: u64,
+    /// Revocations of sessions that have expired since, now forgotten.
+    pub session_revocations_deleted: u64,
 }
 
 impl Store {
@@ -104,12 +106,13 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// One maintenance pass: rescue lapsed leases, expire, delete, forget.
+    /// One maintenance pass: expire, delete, forget tombstones and ended sessions.
     pub async fn maintain(&self, batch: i64, tombstone_keep_ms: i64) -> Result<MaintenanceReport> {
         Ok(MaintenanceReport {
             expired: self.expire_overdue(batch).await?,
             deleted: self.purge_expired(batch).await?,
             tombstones_deleted: self.purge_tombstones(tombstone_keep_ms, batch).await?,
+            session_revocations_deleted: self.purge_session_revocations(batch).await?,
         })
     }
 }

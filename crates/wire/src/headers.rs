@@ -12,6 +12,8 @@ use crate::{ErrorObject, Request};
 pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 pub const METHOD: &str = "mcp-method";
 pub const NAME: &str = "mcp-name";
+/// The session of a 2025-era client (those revisions only; 2026-07-28 has no sessions).
+pub const SESSION_ID: &str = "mcp-session-id";
 
 /// Decodes one header value: trims surrounding whitespace, unwraps the base64 sentinel,
 /// and refuses control characters or raw non-ASCII bytes.

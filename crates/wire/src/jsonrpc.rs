@@ -154,6 +154,50 @@ pub fn parse_value(value: Value) -> Result<Incoming, EnvelopeError> {
     })
 }
 
+/// A response a client sends back to a request the server made (2025-era sessions only:
+/// the server's `elicitation/create` on a `tools/call` stream).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientResponse {
+    pub id: RequestId,
+    /// The `result`, or the `error` the client answered with.
+    pub outcome: Result<Value, ErrorObject>,
+}
+
+impl ClientResponse {
+    /// `None` when the message is not shaped as a response (it has a `method`, or
+    /// neither `result` nor `error`): such a message is read by [`parse_value`].
+    pub fn from_value(value: &Value) -> Option<Result<Self, EnvelopeError>> {
+        let object = value.as_object()?;
+        if object.contains_key("method")
+            || !(object.contains_key("result") || object.contains_key("error"))
+        {
+            return None;
+        }
+        let id = object.get("id").and_then(RequestId::from_value);
+        let fail = |detail: &str| {
+            Some(Err(EnvelopeError::new(
+                None,
+                ErrorObject::invalid_request(detail),
+            )))
+        };
+        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return fail("\"jsonrpc\" must be \"2.0\"");
+        }
+        let Some(id) = id else {
+            return fail("a response must carry the id of the request it answers");
+        };
+        let outcome = match (object.get("result"), object.get("error")) {
+            (Some(result), None) => Ok(result.clone()),
+            (None, Some(error)) => match serde_json::from_value::<ErrorObject>(error.clone()) {
+                Ok(error) => Err(error),
+                Err(_) => return fail("\"error\" must have an integer code and a string message"),
+            },
+            _ => return fail("a response has either \"result\" or \"error\", not both"),
+        };
+        Some(Ok(Self { id, outcome }))
+    }
+}
+
 /// A response. `id` is left out (rather than `null`, which the MCP schema forbids) only
 /// when the request's id could not be read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,6 +333,47 @@ mod tests {
     fn deep_nesting_is_a_parse_error_not_a_crash() {
         let body = "[".repeat(100_000);
         assert_eq!(parse(&body).unwrap_err().error.code, -32700);
+    }
+
+    #[test]
+    fn client_responses_are_told_from_requests() {
+        let value = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        let ok = ClientResponse::from_value(&value(
+            r#"{"jsonrpc":"2.0","id":"e1.x","result":{"action":"accept"}}"#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(ok.id, RequestId::from("e1.x"));
+        assert_eq!(ok.outcome, Ok(json!({"action":"accept"})));
+        let err = ClientResponse::from_value(&value(
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no"}}"#,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(err.outcome.unwrap_err().code, -32601);
+        for not_a_response in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/x"}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            "[]",
+        ] {
+            assert!(
+                ClientResponse::from_value(&value(not_a_response)).is_none(),
+                "{not_a_response}"
+            );
+        }
+        for bad in [
+            r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#,
+        ] {
+            let e = ClientResponse::from_value(&value(bad))
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(e.error.code, -32600, "{bad}");
+        }
     }
 
     #[test]

@@ -22,15 +22,15 @@ pub mod tasks;
 pub mod time_fmt;
 
 pub use error::{ErrorObject, codes};
-pub use jsonrpc::{Incoming, Notification, Request, RequestId, Response};
+pub use jsonrpc::{ClientResponse, Incoming, Notification, Request, RequestId, Response};
 pub use meta::{ClientCapabilities, RequestMeta};
 pub use tasks::{TaskStatus, TaskView};
 
 /// The only protocol revision this service speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
-/// Every revision `server/discover` advertises. Older revisions need sessions, which a
-/// stateless replica cannot offer.
+/// Every revision `server/discover` advertises. The 2025 revisions are negotiated with
+/// `initialize` instead, and served through sessions (the server's `session` module).
 pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
 
 /// Extension identifier of the official Tasks extension.

@@ -169,12 +169,18 @@ pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken
             .maintain(config.maintenance_batch, keep_ms)
             .await
         {
-            Ok(r) if r.expired + r.deleted + r.tombstones_deleted > 0 => tracing::info!(
-                expired = r.expired,
-                deleted = r.deleted,
-                tombstones_deleted = r.tombstones_deleted,
-                "maintenance"
-            ),
+            Ok(r)
+                if r.expired + r.deleted + r.tombstones_deleted + r.session_revocations_deleted
+                    > 0 =>
+            {
+                tracing::info!(
+                    expired = r.expired,
+                    deleted = r.deleted,
+                    tombstones_deleted = r.tombstones_deleted,
+                    session_revocations_deleted = r.session_revocations_deleted,
+                    "maintenance"
+                )
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "maintenance failed"),
         }

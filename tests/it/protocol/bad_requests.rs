@@ -423,8 +423,45 @@ fn bad_request_cases() -> Vec<Case> {
             200,
             Want::Result(json!(32)),
         )
-        .then(|_, body| {
+        .then(|raw, body| {
+            // A version this server speaks in a session is answered as asked (issue 11:
+            // this used to be answered with 2026-07-28, which 2025-era clients refuse).
+            assert_eq!(
+                body["result"]["protocolVersion"],
+                json!("2025-11-25"),
+                "{body}"
+            );
+            assert!(
+                raw.headers.contains_key("mcp-session-id"),
+                "{:?}",
+                raw.headers
+            );
+        }),
+        case(
+            "legacy initialize asking for 2026-07-28",
+            Request::raw(
+                json!({
+                    "jsonrpc": "2.0",
+                    "id": 40,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": VERSION,
+                        "capabilities": {},
+                        "clientInfo": { "name": "x", "version": "1" },
+                    },
+                })
+                .to_string(),
+            ),
+            200,
+            Want::Result(json!(40)),
+        )
+        .then(|raw, body| {
             assert_eq!(body["result"]["protocolVersion"], json!(VERSION), "{body}");
+            assert!(
+                !raw.headers.contains_key("mcp-session-id"),
+                "{:?}",
+                raw.headers
+            );
         }),
     ];
     // Ids keep their JSON type and value, on results and on errors alike.

@@ -59,11 +59,15 @@ pub(super) struct ServerArgs {
     /// Minimum time a finished task stays readable (ms).
     #[arg(long, env = "MCP_TASKS_RETENTION_MS", default_value_t = 3_600_000)]
     retention_ms: u64,
-    /// Keys that sign MRTR requestState: hex or base64, at least 32 bytes, comma-separated;
+    /// Keys that sign MRTR requestState and the sessions of 2025-era clients: hex or base64, at least 32 bytes, comma-separated;
     /// the first signs, all verify (for rotation). Every replica must share them; when
     /// unset, a random per-process key is used.
     #[arg(long, env = "MCP_TASKS_STATE_KEY", hide_env_values = true)]
     state_key: Option<String>,
+    /// How long a session of a 2025-era client (Mcp-Session-Id) lasts before it must
+    /// initialize again (ms). Sessions are signed with the state keys.
+    #[arg(long, env = "MCP_TASKS_SESSION_TTL_MS", default_value_t = 86_400_000)]
+    session_ttl_ms: u64,
     /// Name reported as serverInfo.
     #[arg(long, env = "MCP_TASKS_SERVER_NAME", default_value = "mcp-tasks")]
     pub(super) server_name: String,
@@ -161,6 +165,7 @@ impl ServerArgs {
         c.sync_wait = Duration::from_millis(self.sync_wait_ms);
         c.retention = Duration::from_millis(self.retention_ms);
         c.drain_grace = Duration::from_millis(self.drain_grace_ms);
+        c.session_ttl = Duration::from_millis(self.session_ttl_ms);
         c.max_listen_tasks = self.max_listen_tasks;
         c.max_streams_per_principal = self.max_streams_per_principal;
         c.json_limits.max_depth = self.max_json_depth;
@@ -182,7 +187,7 @@ impl ServerArgs {
                 .context("MCP_TASKS_STATE_KEY"),
             None => {
                 tracing::warn!(
-                    "MCP_TASKS_STATE_KEY is unset: using a random key, so MRTR requestState only verifies on this replica"
+                    "MCP_TASKS_STATE_KEY is unset: using a random key, so MRTR requestState and sessions of 2025-era clients only verify on this replica"
                 );
                 Ok(StateKeys::random())
             }

@@ -78,7 +78,7 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
                 "properties": { "filename": { "type": "string" } },
                 "required": ["filename"]
             }))
-            .policy(ExecutionPolicy::TaskRequired)
+            .policy(ExecutionPolicy::TaskOptional)
             .poll_interval(Duration::from_millis(500))
             .handler(confirm_delete)
             .build()?,

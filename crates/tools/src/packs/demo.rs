@@ -31,7 +31,7 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
                 },
                 "additionalProperties": false
             }))
-            .policy(ExecutionPolicy::TaskRequired)
+            .policy(ExecutionPolicy::TaskOptional)
             .ttl(Some(Duration::from_secs(15 * 60)))
             .poll_interval(Duration::from_millis(500))
             .handler(generate_report)

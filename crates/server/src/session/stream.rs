@@ -1,0 +1,323 @@
+//! The SSE response of a 2025-era request that waits for a task: a `tools/call` run as a
+//! task for a client that cannot poll one, or a 2025-11-25 `tasks/result`.
+//!
+//! The stream follows the task through the push hub (any replica or worker may move it
+//! on) and sends, the 2025 way:
+//! - `notifications/progress` whenever the status message changes, when the call asked
+//!   for progress (so long calls stay alive, besides the keep-alive comments);
+//! - `notifications/tasks/status` on every status change (`tasks/result` only);
+//! - each input request of the task as a JSON-RPC request (`elicitation/create`, …),
+//!   whose id is signed and names the task and the input key, so the client's response
+//!   can be applied by whichever replica it reaches;
+//! - at last, the response: the tool's result or the task's error.
+
+use std::collections::{HashSet, VecDeque};
+use std::convert::Infallible;
+
+use axum::http::HeaderValue;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream;
+use mcp_tasks_store::{Owner, TaskId};
+use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
+use mcp_tasks_wire::{ErrorObject, RequestId, TaskStatus, codes};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::context::Session;
+use super::revision::Revision;
+use super::shapes;
+use super::token::InputRequestId;
+use crate::AppState;
+use crate::error::RpcError;
+use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
+use crate::request_state::owner_digest;
+use crate::tools_call::CancelOnDrop;
+
+/// What the stream answers.
+pub(crate) enum Purpose {
+    /// A `tools/call`: the client knows no task, so an abandoned stream cancels it
+    /// (unless the call carried an `Idempotency-Key`, and may be made again).
+    Call {
+        progress_token: Option<Value>,
+        retryable: bool,
+    },
+    /// `tasks/result` of a 2025-11-25 task the client created: it stays the client's.
+    TaskResult,
+}
+
+/// Opens the stream: subscribes to the task and answers with `text/event-stream`.
+pub(crate) async fn open(
+    state: &AppState,
+    owner: &Owner,
+    session: &Session,
+    request_id: RequestId,
+    task: TaskId,
+    purpose: Purpose,
+) -> Result<Response, RpcError> {
+    let guard = match &purpose {
+        Purpose::Call { retryable, .. } => Some(CancelOnDrop::new(state, owner, task, !retryable)),
+        Purpose::TaskResult => None,
+    };
+    let Some(watcher) = state.hub().subscribe(owner, &[task]).await?.pop() else {
+        return Err(RpcError::method(ErrorObject::new(
+            codes::INVALID_PARAMS,
+            "Failed to retrieve task: Task not found",
+        )));
+    };
+    let body = WaitStream {
+        state: state.clone(),
+        owner: owner_digest(owner),
+        session: session.clone(),
+        request_id,
+        task,
+        purpose,
+        watcher,
+        guard,
+        progress: 0,
+        last_message: None,
+        last_status: None,
+        last_version: 0,
+        sent: HashSet::new(),
+        pending: VecDeque::new(),
+        done: false,
+        shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
+        drain_deadline: None,
+    };
+    let sse = Sse::new(body.into_stream())
+        .keep_alive(KeepAlive::new().interval(state.config().keep_alive));
+    let mut response = sse.into_response();
+    let headers = response.headers_mut();
+    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+struct WaitStream {
+    state: AppState,
+    owner: String,
+    session: Session,
+    request_id: RequestId,
+    task: TaskId,
+    purpose: Purpose,
+    watcher: Watcher,
+    guard: Option<CancelOnDrop>,
+    progress: u64,
+    last_message: Option<String>,
+    last_status: Option<String>,
+    last_version: i64,
+    /// Input keys already asked on this stream.
+    sent: HashSet<String>,
+    pending: VecDeque<Event>,
+    done: bool,
+    shutdown: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+    drain_deadline: Option<tokio::time::Instant>,
+}
+
+impl WaitStream {
+    fn into_stream(
+        self,
+    ) -> impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static {
+        stream::unfold(self, |mut s| async move {
+            let event = s.next_event().await?;
+            Some((Ok(event), s))
+        })
+    }
+
+    async fn next_event(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            if self.done {
+                return None;
+            }
+            let snapshot = self.watcher.rx.borrow_and_update().clone();
+            match snapshot {
+                Snapshot::Loading => {}
+                Snapshot::Gone => {
+                    self.end(Err(ErrorObject::new(
+                        codes::INTERNAL_ERROR,
+                        "The task running this request no longer exists",
+                    )));
+                    continue;
+                }
+                Snapshot::Task(task) if task.version > self.last_version => {
+                    self.last_version = task.version;
+                    self.on_snapshot(&task);
+                    continue;
+                }
+                Snapshot::Task(_) => {}
+            }
+            let drain = self.drain_deadline;
+            tokio::select! {
+                changed = self.watcher.rx.changed() => {
+                    if changed.is_err() {
+                        self.end(Err(ErrorObject::new(
+                            codes::INTERNAL_ERROR,
+                            "The server stopped following the task; call again",
+                        )));
+                    }
+                }
+                () = self.shutdown.as_mut(), if drain.is_none() => {
+                    self.drain_deadline =
+                        Some(tokio::time::Instant::now() + self.state.config().drain_grace);
+                }
+                () = sleep_until(drain), if drain.is_some() => {
+                    self.end(Err(ErrorObject::new(
+                        codes::INTERNAL_ERROR,
+                        "The server is shutting down; send the request again",
+                    )));
+                }
+            }
+        }
+    }
+
+    fn on_snapshot(&mut self, task: &TaskSnapshot) {
+        let detailed = &task.detailed;
+        let message = detailed
+            .get("statusMessage")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Purpose::Call {
+            progress_token: Some(token),
+            ..
+        } = &self.purpose
+            && message.is_some()
+            && message != self.last_message
+        {
+            self.progress += 1;
+            let mut params = Map::new();
+            params.insert("progressToken".into(), token.clone());
+            params.insert("progress".into(), json!(self.progress));
+            params.insert("message".into(), json!(message));
+            self.notify("notifications/progress", params);
+        }
+        self.last_message = message;
+
+        let status = shapes::status(detailed).to_owned();
+        if matches!(self.purpose, Purpose::TaskResult)
+            && self.last_status.as_deref() != Some(&status)
+        {
+            self.notify("notifications/tasks/status", shapes::task(detailed));
+        }
+        self.last_status = Some(status);
+
+        match task.status {
+            TaskStatus::InputRequired => self.ask(detailed),
+            TaskStatus::Working => {}
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled => {
+                if let Some(outcome) = shapes::outcome(detailed) {
+                    self.end(outcome);
+                }
+            }
+        }
+    }
+
+    /// Sends each input request not yet sent on this stream, as a request of this
+    /// revision; one the client cannot answer ends the stream instead.
+    fn ask(&mut self, detailed: &Map<String, Value>) {
+        let Some(requests) = detailed.get("inputRequests").and_then(Value::as_object) else {
+            return;
+        };
+        for (key, request) in requests {
+            if self.sent.contains(key) {
+                continue;
+            }
+            if !self.session.can_answer(request) {
+                let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+                self.end(Err(unanswerable(self.session.revision, method)));
+                return;
+            }
+            self.sent.insert(key.clone());
+            let id = InputRequestId {
+                task: self.task.to_string(),
+                key: key.clone(),
+                session: self.session.token.nonce.clone(),
+                owner: self.owner.clone(),
+            }
+            .sign(self.state.state_keys());
+            let mut params = request
+                .get("params")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            if !self.session.revision.has_url_elicitation() {
+                // 2025-06-18 knows only form elicitation, and no `mode` field.
+                params.remove("mode");
+            }
+            if matches!(self.purpose, Purpose::TaskResult) {
+                params = shapes::with_related_task(params, &self.task.to_string());
+            }
+            self.pending.push_back(frame(&json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "method": request.get("method").cloned().unwrap_or(Value::Null),
+                "params": params,
+            })));
+            tracing::info!(task = %self.task, key = %key, "input request sent on the stream");
+        }
+    }
+
+    fn notify(&mut self, method: &str, params: Map<String, Value>) {
+        self.pending.push_back(frame(&json!({
+            "jsonrpc": "2.0",
+            "method": method,
+            "params": params,
+        })));
+    }
+
+    /// Queues the response and ends the stream. A task that ended on its own is no
+    /// longer the stream's to cancel.
+    fn end(&mut self, outcome: Result<Map<String, Value>, ErrorObject>) {
+        let finished = match &*self.watcher.rx.borrow() {
+            Snapshot::Task(t) => t.status.is_terminal(),
+            Snapshot::Gone => true,
+            Snapshot::Loading => false,
+        };
+        if finished && let Some(guard) = &mut self.guard {
+            guard.disarm();
+        }
+        let response = match outcome {
+            Ok(mut result) => {
+                if matches!(self.purpose, Purpose::TaskResult) {
+                    result = shapes::with_related_task(result, &self.task.to_string());
+                }
+                RpcResponse::result(self.request_id.clone(), Value::Object(result))
+            }
+            Err(error) => RpcResponse::error(Some(self.request_id.clone()), error),
+        };
+        self.pending.push_back(frame(&response.to_json()));
+        self.done = true;
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error for input the session cannot provide.
+fn unanswerable(revision: Revision, method: &str) -> ErrorObject {
+    let capability = match method {
+        "sampling/createMessage" => "sampling",
+        "roots/list" => "roots",
+        _ => "elicitation",
+    };
+    let why = if capability == "elicitation" && !revision.has_elicitation() {
+        format!("protocol {revision} has no elicitation; connect with 2025-06-18 or later")
+    } else {
+        format!("the client did not declare the {capability} capability it needs")
+    };
+    ErrorObject::missing_capability(
+        format!("This tool needs input ({method}) the client cannot provide: {why}"),
+        json!({ capability: {} }),
+    )
+}
+
+/// One SSE event carrying one JSON-RPC message.
+fn frame(message: &Value) -> Event {
+    Event::default().data(message.to_string())
+}
