@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use mcp_tasks_client::oauth::{Headless, Preregistered};
+use mcp_tasks_client::oauth::{ClientCredentials, ClientSecretKind, Headless, Preregistered};
 use mcp_tasks_client::{CallRound, Client, OAuth, OAuthConfig, tasks_capabilities};
 use serde_json::{Map, Value, json};
 
@@ -223,6 +223,27 @@ async fn auth(scenario: &str, url: &str, context: &Value) -> Result<()> {
                 .map(str::to_owned),
             auth_method: None,
         });
+    }
+    let text = |k: &str| context.get(k).and_then(Value::as_str).map(str::to_owned);
+    match scenario {
+        "auth/client-credentials-basic" => {
+            config.client_credentials = Some(ClientCredentials {
+                client_id: text("client_id").ok_or("no client_id in the context")?,
+                secret: ClientSecretKind::Secret(
+                    text("client_secret").ok_or("no client_secret in the context")?,
+                ),
+            });
+        }
+        "auth/client-credentials-jwt" => {
+            config.client_credentials = Some(ClientCredentials {
+                client_id: text("client_id").ok_or("no client_id in the context")?,
+                secret: ClientSecretKind::PrivateKeyJwt {
+                    pem: text("private_key_pem").ok_or("no private_key_pem in the context")?,
+                    algorithm: text("signing_algorithm").unwrap_or_else(|| "ES256".into()),
+                },
+            });
+        }
+        _ => {}
     }
     let oauth = Arc::new(OAuth::new(url, config, Headless::new(REDIRECT_URI))?);
     let client = Client::new(url, tasks_capabilities()).oauth(oauth);

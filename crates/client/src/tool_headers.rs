@@ -209,11 +209,11 @@ mod tests {
         assert_eq!(
             headers,
             vec![
+                ("mcp-param-B".to_owned(), "false".to_owned()),
                 (
                     "mcp-param-S".to_owned(),
                     "=?base64?IHBhZGRlZCA=?=".to_owned()
                 ),
-                ("mcp-param-B".to_owned(), "false".to_owned())
             ]
         );
     }

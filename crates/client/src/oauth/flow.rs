@@ -13,7 +13,7 @@ use url::Url;
 
 use super::discovery::AuthServerMetadata;
 use super::store::{RegisteredClient, TokenEndpointAuth, Tokens};
-use super::{OAuthConfig, OAuthError, UserAgent};
+use super::{ClientCredentials, ClientSecretKind, OAuthConfig, OAuthError, UserAgent};
 
 type Oauth2Client =
     BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointSet>;
@@ -246,6 +246,87 @@ fn read_redirect(
     }
     param("code")
         .ok_or_else(|| OAuthError::Authorization("the authorization response has no code".into()))
+}
+
+/// The client credentials grant of a machine client (no user, no redirect), with a
+/// client secret in HTTP Basic or a `private_key_jwt` assertion (RFC 7523) for `aud` =
+/// the issuer.
+pub(super) async fn client_credentials(
+    http: &reqwest::Client,
+    metadata: &AuthServerMetadata,
+    credentials: &ClientCredentials,
+    resource: &str,
+    scope: Option<&str>,
+) -> Result<Tokens, OAuthError> {
+    let token_url = TokenUrl::new(metadata.token_endpoint.clone()).map_err(|e| {
+        OAuthError::Discovery(format!(
+            "the authorization server's token_endpoint is not a URL: {e}"
+        ))
+    })?;
+    let mut client =
+        BasicClient::new(ClientId::new(credentials.client_id.clone())).set_token_uri(token_url);
+    let mut assertion = None;
+    match &credentials.secret {
+        ClientSecretKind::Secret(secret) => {
+            client = client
+                .set_client_secret(ClientSecret::new(secret.clone()))
+                .set_auth_type(AuthType::BasicAuth);
+        }
+        ClientSecretKind::PrivateKeyJwt { pem, algorithm } => {
+            client = client.set_auth_type(AuthType::RequestBody);
+            assertion = Some(client_assertion(
+                &credentials.client_id,
+                &metadata.issuer,
+                pem,
+                algorithm,
+            )?);
+        }
+    }
+    let mut request = client
+        .exchange_client_credentials()
+        .add_extra_param("resource", resource);
+    if let Some(scope) = scope {
+        request = request.add_scopes(scope.split_whitespace().map(|s| Scope::new(s.to_owned())));
+    }
+    if let Some(jwt) = assertion {
+        request = request
+            .add_extra_param(
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            )
+            .add_extra_param("client_assertion", jwt);
+    }
+    let response = request.request_async(http).await.map_err(token_error)?;
+    Ok(tokens_from(&response, scope, None))
+}
+
+fn client_assertion(
+    client_id: &str,
+    issuer: &str,
+    pem: &str,
+    algorithm: &str,
+) -> Result<String, OAuthError> {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let bad = |e: String| OAuthError::Token(format!("cannot sign the client assertion: {e}"));
+    let alg: Algorithm = algorithm
+        .parse()
+        .map_err(|_| bad(format!("unknown algorithm {algorithm}")))?;
+    let key = match alg {
+        Algorithm::ES256 | Algorithm::ES384 => EncodingKey::from_ec_pem(pem.as_bytes()),
+        Algorithm::EdDSA => EncodingKey::from_ed_pem(pem.as_bytes()),
+        _ => EncodingKey::from_rsa_pem(pem.as_bytes()),
+    }
+    .map_err(|e| bad(e.to_string()))?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let claims = json!({
+        "iss": client_id,
+        "sub": client_id,
+        "aud": issuer,
+        "iat": now,
+        "exp": now + 300,
+        "jti": CsrfToken::new_random().secret(),
+    });
+    jsonwebtoken::encode(&Header::new(alg), &claims, &key).map_err(|e| bad(e.to_string()))
 }
 
 /// A refresh-token grant; the new tokens keep the old refresh token when none is issued.

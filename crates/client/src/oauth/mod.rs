@@ -68,6 +68,37 @@ impl std::fmt::Debug for Preregistered {
     }
 }
 
+/// A machine client's own credentials, for the client credentials grant (an OAuth
+/// extension for clients acting on their own behalf: no user, no browser).
+#[derive(Clone)]
+pub struct ClientCredentials {
+    pub client_id: String,
+    pub secret: ClientSecretKind,
+}
+
+/// How a machine client proves who it is at the token endpoint.
+#[derive(Clone)]
+pub enum ClientSecretKind {
+    /// A shared secret, sent with HTTP Basic (`client_secret_basic`).
+    Secret(String),
+    /// A private key (PEM) signing a `private_key_jwt` assertion, with its JWS algorithm
+    /// (`ES256`, `RS256`, `EdDSA`…).
+    PrivateKeyJwt { pem: String, algorithm: String },
+}
+
+impl std::fmt::Debug for ClientCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.secret {
+            ClientSecretKind::Secret(_) => "client_secret_basic",
+            ClientSecretKind::PrivateKeyJwt { .. } => "private_key_jwt",
+        };
+        f.debug_struct("ClientCredentials")
+            .field("client_id", &self.client_id)
+            .field("secret", &kind)
+            .finish()
+    }
+}
+
 /// How this client presents itself to authorization servers.
 #[derive(Debug, Clone)]
 pub struct OAuthConfig {
@@ -80,6 +111,9 @@ pub struct OAuthConfig {
     pub client_metadata_url: Option<String>,
     /// Credentials registered beforehand; they take precedence over any registration.
     pub preregistered: Option<Preregistered>,
+    /// Set for a machine client: tokens come from the client credentials grant instead of
+    /// a user's authorization (the user agent is then never used).
+    pub client_credentials: Option<ClientCredentials>,
     /// Ask for `offline_access` (a refresh token) when the authorization server offers it.
     pub offline_access: bool,
     /// Where tokens and registrations survive the process.
@@ -93,6 +127,7 @@ impl OAuthConfig {
             application_type: "native".into(),
             client_metadata_url: None,
             preregistered: None,
+            client_credentials: None,
             offline_access: true,
             store: None,
         }
@@ -319,6 +354,18 @@ impl OAuth {
                 "authorization before discovery".into(),
             ));
         };
+        if let Some(credentials) = &self.config.client_credentials {
+            let tokens = flow::client_credentials(
+                &self.http,
+                &metadata,
+                credentials,
+                &resource,
+                scope.as_deref(),
+            )
+            .await?;
+            state.entry.tokens = Some(tokens);
+            return self.save(state);
+        }
         let redirect_uri = self.agent.redirect_uri();
         let reusable = state
             .entry
