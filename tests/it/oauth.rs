@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use mcp_tasks_client::oauth::{LoopbackBrowser, TokenStore};
+use mcp_tasks_client::oauth::{ClientCredentials, ClientSecretKind, LoopbackBrowser, TokenStore};
 use mcp_tasks_client::{Client, ClientError, OAuth, OAuthConfig, tasks_capabilities};
 use mcp_tasks_server::KeySource;
 use serde_json::{Value, json};
@@ -235,6 +235,54 @@ async fn the_interactive_flow_receives_the_redirect_on_a_loopback_listener() {
     assert!(
         store.load(app.url()).expect("store").is_none(),
         "logout forgets the server"
+    );
+
+    app.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_machine_client_gets_its_token_by_the_client_credentials_grant() {
+    let auth =
+        AuthServer::start(&[("OAUTH_AS_MACHINE_CLIENT", "robot:robot-secret-robot-secret")]).await;
+    let app = protected_app(&auth).await;
+    let (dir, store) = temp_store("machine");
+    let browser = Browser::new(REDIRECT);
+    let mut config = OAuthConfig::new("mcp-tasks tests");
+    config.store = Some(store.clone());
+    config.client_credentials = Some(ClientCredentials {
+        client_id: "robot".into(),
+        secret: ClientSecretKind::Secret("robot-secret-robot-secret".into()),
+    });
+    let oauth = Arc::new(OAuth::new(app.url(), config, browser.clone()).expect("OAuth"));
+    let client = Client::new(app.url(), tasks_capabilities()).oauth(oauth);
+    assert_eq!(greet(&client).await, "Hello, oauth!");
+    assert_eq!(browser.count(), 0, "no user agent for a machine client");
+    let tokens = store
+        .load(app.url())
+        .expect("store")
+        .expect("entry")
+        .tokens
+        .expect("tokens");
+    let claims = claims(&tokens.access_token);
+    assert_eq!(claims["aud"], json!(app.url()));
+    assert_eq!(claims["sub"], "robot");
+
+    // A wrong secret is refused by the token endpoint, and the call fails with that reason.
+    let mut config = OAuthConfig::new("mcp-tasks tests");
+    config.client_credentials = Some(ClientCredentials {
+        client_id: "robot".into(),
+        secret: ClientSecretKind::Secret("not-the-secret".into()),
+    });
+    let wrong = Arc::new(OAuth::new(app.url(), config, Browser::new(REDIRECT)).expect("OAuth"));
+    let refused = Client::new(app.url(), tasks_capabilities())
+        .oauth(wrong)
+        .call_tool("greet", json!({ "name": "x" }))
+        .await
+        .expect_err("a wrong secret");
+    assert!(
+        matches!(&refused, ClientError::Auth(e) if e.to_string().contains("invalid_client")),
+        "{refused:?}"
     );
 
     app.stop().await;

@@ -10,6 +10,7 @@
 //   node server.mjs            # prints "issuer=http://127.0.0.1:PORT" once listening
 //
 // Environment: OAUTH_AS_SCOPES (resource scopes, default "tasks:read tasks:write"),
+// OAUTH_AS_MACHINE_CLIENT ("id:secret" of a pre-registered client_credentials client),
 // OAUTH_AS_TENANT (the `tenant` claim of access tokens, default "acme"),
 // OAUTH_AS_ACCESS_TTL (seconds, default 3600).
 import { createServer } from 'node:http';
@@ -19,6 +20,17 @@ import Provider from 'oidc-provider';
 const resourceScopes = process.env.OAUTH_AS_SCOPES || 'tasks:read tasks:write';
 const tenant = process.env.OAUTH_AS_TENANT || 'acme';
 const accessTtl = Number(process.env.OAUTH_AS_ACCESS_TTL || 3600);
+const machine = process.env.OAUTH_AS_MACHINE_CLIENT?.split(':');
+const clients = machine
+  ? [{
+      client_id: machine[0],
+      client_secret: machine[1],
+      grant_types: ['client_credentials'],
+      redirect_uris: [],
+      response_types: [],
+      token_endpoint_auth_method: 'client_secret_basic',
+    }]
+  : [];
 
 const { privateKey } = await generateKeyPair('ES256', { extractable: true });
 const signing = { ...(await exportJWK(privateKey)), alg: 'ES256', use: 'sig', kid: 'test-es256' };
@@ -30,11 +42,13 @@ const issuer = `http://127.0.0.1:${server.address().port}`;
 const provider = new Provider(issuer, {
   jwks: { keys: [signing] },
   clientDefaults: { id_token_signed_response_alg: 'ES256' },
+  clients,
   scopes: ['openid', 'offline_access', ...resourceScopes.split(' ')],
   findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
   features: {
     devInteractions: { enabled: false },
     registration: { enabled: true },
+    clientCredentials: { enabled: true },
     resourceIndicators: {
       enabled: true,
       useGrantedResource: () => true,
@@ -47,7 +61,8 @@ const provider = new Provider(issuer, {
       }),
     },
   },
-  extraTokenClaims: () => ({ tenant }),
+  extraTokenClaims: (ctx, token) =>
+    token.kind === 'ClientCredentials' ? { tenant, sub: token.clientId } : { tenant },
   // A client registered for refresh_token gets one, without OIDC's offline_access dance.
   issueRefreshToken: (ctx, client) => client.grantTypeAllowed('refresh_token'),
   interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
