@@ -8,7 +8,8 @@
 //! - `protocol`, `attacks`, `properties`: the request path from outside: exact answers to
 //!   bad requests, hand-made attacks that must change no task, generated requests.
 //! - `auth`: tokens, ownership with real tokens, the limits per principal.
-//! - `oauth`: the client's OAuth against a real authorization server (oidc-provider).
+//! - `oauth`, `oauth_suite`: the client's OAuth against a real authorization server
+//!   (oidc-provider) and against the conformance suite's own servers.
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
 //!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
@@ -19,6 +20,7 @@ mod benches;
 mod connections;
 mod harness;
 mod oauth;
+mod oauth_suite;
 mod processes;
 mod properties;
 mod protocol;

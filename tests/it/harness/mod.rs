@@ -13,6 +13,7 @@ pub(crate) mod oauth_as;
 pub(crate) mod procs;
 pub(crate) mod replica;
 pub(crate) mod spec;
+pub(crate) mod suite_servers;
 
 use std::time::Duration;
 
