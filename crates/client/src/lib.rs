@@ -183,7 +183,6 @@ pub fn tasks_capabilities() -> Value {
     json!({ "elicitation": { "form": {} }, "extensions": { TASKS_EXTENSION: {} } })
 }
 
-#[derive(Debug)]
 pub struct Client {
     http: reqwest::Client,
     url: String,
@@ -194,6 +193,16 @@ pub struct Client {
     next_id: AtomicI64,
     /// The `x-mcp-header` parameters of each tool seen in `tools/list`.
     tools: Mutex<HashMap<String, Vec<Param>>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.url)
+            .field("bearer", &self.bearer.as_ref().map(|_| "***"))
+            .field("oauth", &self.oauth.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {
@@ -402,4 +411,41 @@ pub fn status_of(task: &Value) -> &str {
 
 pub fn is_terminal(task: &Value) -> bool {
     matches!(status_of(task), "completed" | "failed" | "cancelled")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oauth::{RegisteredClient, TokenEndpointAuth, Tokens};
+
+    #[test]
+    fn debug_output_never_shows_tokens_or_secrets() {
+        let client = Client::with_tasks("http://127.0.0.1:1/mcp").bearer("bearer-secret-1");
+        let tokens = Tokens {
+            access_token: "access-secret-2".into(),
+            refresh_token: Some("refresh-secret-3".into()),
+            expires_at: None,
+            scope: Some("a b".into()),
+        };
+        let registered = RegisteredClient {
+            client_id: "id".into(),
+            client_secret: Some("client-secret-4".into()),
+            auth_method: TokenEndpointAuth::ClientSecretBasic,
+            redirect_uri: "http://127.0.0.1/callback".into(),
+            how: "dynamic".into(),
+        };
+        let shown = format!("{client:?} {tokens:?} {registered:?}");
+        for secret in [
+            "bearer-secret-1",
+            "access-secret-2",
+            "refresh-secret-3",
+            "client-secret-4",
+        ] {
+            assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+        }
+        assert!(
+            shown.contains("a b") && shown.contains("127.0.0.1:1/mcp"),
+            "{shown}"
+        );
+    }
 }
