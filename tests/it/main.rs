@@ -8,6 +8,8 @@
 //! - `protocol`, `attacks`, `properties`: the request path from outside: exact answers to
 //!   bad requests, hand-made attacks that must change no task, generated requests.
 //! - `auth`: tokens, ownership with real tokens, the limits per principal.
+//! - `oauth`, `oauth_suite`: the client's OAuth against a real authorization server
+//!   (oidc-provider) and against the conformance suite's own servers.
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
 //!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
@@ -18,6 +20,8 @@ mod benches;
 mod clients;
 mod connections;
 mod harness;
+mod oauth;
+mod oauth_suite;
 mod processes;
 mod properties;
 mod protocol;

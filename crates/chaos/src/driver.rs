@@ -378,6 +378,6 @@ fn retryable(e: &ClientError) -> bool {
         ClientError::NotJsonRpc { status, .. } | ClientError::Rpc { status, .. } => {
             *status >= 500 || *status == 429
         }
-        ClientError::Unexpected(_) => false,
+        ClientError::Denied { .. } | ClientError::Auth(_) | ClientError::Unexpected(_) => false,
     }
 }

@@ -1,21 +1,34 @@
 //! A small MCP 2026-07-28 client over Streamable HTTP, with the Tasks extension.
 //!
 //! Every request carries its own `_meta` and the routing headers, as the stateless
-//! protocol requires. The client keeps nothing but a request counter, so it can resume
-//! polling a task after a restart from nothing but the task id.
+//! protocol requires, plus the `Mcp-Param-*` headers of tools that declare them. The
+//! client keeps nothing but a request counter, the header parameters of the tools it has
+//! listed and (with [`oauth`]) its tokens, so it can resume polling a task after a restart
+//! from nothing but the task id.
 
 mod demo;
 mod listen;
+pub mod oauth;
+mod tool_headers;
+mod tools;
+mod transport;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcp_tasks_wire::headers::encode_value;
-use mcp_tasks_wire::{PROTOCOL_VERSION, TASKS_EXTENSION, meta_keys};
-use serde_json::{Map, Value, json};
+use mcp_tasks_wire::TASKS_EXTENSION;
+use serde_json::{Value, json};
 
 pub use demo::run_demo;
 pub use listen::Subscription;
+pub use oauth::{OAuth, OAuthConfig, OAuthError};
+pub use tool_headers::{HeaderParam, header_params};
+pub use tools::{CallRound, InputRequired};
+
+use tool_headers::HeaderParam as Param;
+use transport::Outgoing;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -30,6 +43,14 @@ pub enum ClientError {
         message: String,
         data: Option<Value>,
     },
+    #[error("the server refused the request (HTTP {status}){}", challenge.as_deref().map(|c| format!(": {c}")).unwrap_or_default())]
+    Denied {
+        status: u16,
+        /// The `WWW-Authenticate` challenge, if any.
+        challenge: Option<String>,
+    },
+    #[error(transparent)]
+    Auth(#[from] OAuthError),
     #[error("{0}")]
     Unexpected(String),
 }
@@ -50,16 +71,29 @@ pub struct Exchange {
     pub status: u16,
     pub headers: reqwest::header::HeaderMap,
     pub body: Option<Value>,
+    /// Messages that came before the response on an SSE answer (`notifications/progress`…).
+    pub notifications: Vec<Value>,
 }
 
 impl Exchange {
-    /// Reads a whole response (202 has no body).
+    /// Reads a whole response (202 has no body). A server may answer a request with an
+    /// SSE stream instead of JSON: then its messages are read up to the response.
     pub async fn read(response: reqwest::Response) -> Result<Self, ClientError> {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
+        let is_stream = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_stream {
+            return Self::read_stream(response, status, headers).await;
+        }
         let text = response.text().await?;
         let body = if text.is_empty() {
             None
+        } else if matches!(status, 401 | 403) {
+            // A refusal in front of the MCP endpoint may be anything; the status says it.
+            serde_json::from_str(&text).ok()
         } else {
             Some(
                 serde_json::from_str(&text).map_err(|_| ClientError::NotJsonRpc {
@@ -72,11 +106,50 @@ impl Exchange {
             status,
             headers,
             body,
+            notifications: Vec::new(),
         })
+    }
+
+    async fn read_stream(
+        response: reqwest::Response,
+        status: u16,
+        headers: reqwest::header::HeaderMap,
+    ) -> Result<Self, ClientError> {
+        let mut stream = Subscription::from_response(response);
+        let mut notifications = Vec::new();
+        while let Some(message) = stream.next().await? {
+            if message.get("result").is_some() || message.get("error").is_some() {
+                return Ok(Self {
+                    status,
+                    headers,
+                    body: Some(message),
+                    notifications,
+                });
+            }
+            notifications.push(message);
+        }
+        Err(ClientError::Unexpected(format!(
+            "the server's event stream ended before the response ({} other messages)",
+            notifications.len()
+        )))
     }
 
     /// The `result`, or the error as a [`ClientError`].
     pub fn into_result(self) -> Result<Value, ClientError> {
+        let not_rpc = self
+            .body
+            .as_ref()
+            .is_none_or(|b| b.get("jsonrpc").is_none());
+        if matches!(self.status, 401 | 403) && not_rpc {
+            return Err(ClientError::Denied {
+                status: self.status,
+                challenge: self
+                    .headers
+                    .get("www-authenticate")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+            });
+        }
         let Some(mut body) = self.body else {
             return Err(ClientError::Unexpected(format!(
                 "HTTP {} with no body",
@@ -110,14 +183,26 @@ pub fn tasks_capabilities() -> Value {
     json!({ "elicitation": { "form": {} }, "extensions": { TASKS_EXTENSION: {} } })
 }
 
-#[derive(Debug)]
 pub struct Client {
     http: reqwest::Client,
     url: String,
     capabilities: Value,
     bearer: Option<String>,
+    oauth: Option<Arc<OAuth>>,
     headers: Vec<(String, String)>,
     next_id: AtomicI64,
+    /// The `x-mcp-header` parameters of each tool seen in `tools/list`.
+    tools: Mutex<HashMap<String, Vec<Param>>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.url)
+            .field("bearer", &self.bearer.as_ref().map(|_| "***"))
+            .field("oauth", &self.oauth.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {
@@ -132,8 +217,10 @@ impl Client {
             url: url.into(),
             capabilities,
             bearer: None,
+            oauth: None,
             headers: Vec::new(),
             next_id: AtomicI64::new(1),
+            tools: Mutex::new(HashMap::new()),
         }
     }
 
@@ -142,9 +229,18 @@ impl Client {
         Self::new(url, tasks_capabilities())
     }
 
+    /// Sends this bearer token on every request (e.g. from `MCP_TASKS_TOKEN`).
     #[must_use]
     pub fn bearer(mut self, token: impl Into<String>) -> Self {
         self.bearer = Some(token.into());
+        self
+    }
+
+    /// Logs in with OAuth when the server asks (see [`oauth`]); takes the place of
+    /// [`bearer`](Self::bearer).
+    #[must_use]
+    pub fn oauth(mut self, oauth: Arc<OAuth>) -> Self {
+        self.oauth = Some(oauth);
         self
     }
 
@@ -159,17 +255,13 @@ impl Client {
         &self.url
     }
 
-    pub fn next_id(&self) -> i64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+    /// The capabilities this client declares on every request.
+    pub fn capabilities(&self) -> &Value {
+        &self.capabilities
     }
 
-    /// The `_meta` of every request.
-    pub fn meta(&self) -> Value {
-        json!({
-            meta_keys::PROTOCOL_VERSION: PROTOCOL_VERSION,
-            meta_keys::CLIENT_CAPABILITIES: self.capabilities,
-            meta_keys::CLIENT_INFO: { "name": "mcp-tasks-client", "version": env!("CARGO_PKG_VERSION") },
-        })
+    pub fn next_id(&self) -> i64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Sends one request with id `id` and returns the raw exchange.
@@ -179,13 +271,27 @@ impl Client {
         method: &str,
         params: Value,
     ) -> Result<Exchange, ClientError> {
-        // One answer should never take this long; a listen stream has no such limit.
-        let response = self
-            .post(&id, method, params)
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await?;
-        Exchange::read(response).await
+        self.send_with(&id, method, params, Vec::new()).await
+    }
+
+    async fn send_with(
+        &self,
+        id: &Value,
+        method: &str,
+        params: Value,
+        headers: Vec<(String, String)>,
+    ) -> Result<Exchange, ClientError> {
+        self.execute(Outgoing {
+            id,
+            method,
+            params,
+            headers,
+            // One answer should never take this long; a listen stream has no such limit.
+            timeout: Some(Duration::from_secs(120)),
+        })
+        .await?
+        .exchange()
+        .await
     }
 
     /// `tools/call` with an `Idempotency-Key`: retrying it after a lost response returns
@@ -197,53 +303,16 @@ impl Client {
         key: &str,
     ) -> Result<Value, ClientError> {
         let id = json!(self.next_id());
-        let response = self
-            .post(
-                &id,
-                "tools/call",
-                json!({ "name": name, "arguments": arguments }),
-            )
-            .header("idempotency-key", key)
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await?;
-        Exchange::read(response).await?.into_result()
-    }
-
-    /// A POST of one request, with its `_meta` and routing headers.
-    fn post(&self, id: &Value, method: &str, params: Value) -> reqwest::RequestBuilder {
-        let mut params = match params {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        params.entry("_meta").or_insert_with(|| self.meta());
-        let name = match method {
-            "tools/call" | "prompts/get" => params.get("name"),
-            "resources/read" => params.get("uri"),
-            "tasks/get" | "tasks/update" | "tasks/cancel" => params.get("taskId"),
-            _ => None,
-        }
-        .and_then(Value::as_str)
-        .map(encode_value);
-        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL_VERSION)
-            .header("mcp-method", encode_value(method))
-            .body(body.to_string());
-        if let Some(name) = name {
-            request = request.header("mcp-name", name);
-        }
-        if let Some(token) = &self.bearer {
-            request = request.bearer_auth(token);
-        }
-        for (name, value) in &self.headers {
-            request = request.header(name, value);
-        }
-        request
+        let mut headers = self.param_headers(name, &arguments)?;
+        headers.push(("idempotency-key".into(), key.into()));
+        self.send_with(
+            &id,
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+            headers,
+        )
+        .await?
+        .into_result()
     }
 
     /// Sends a request with the next id and returns its result.
@@ -256,12 +325,12 @@ impl Client {
         self.request("server/discover", json!({})).await
     }
 
+    /// `tools/call`, with the `Mcp-Param-*` headers of a tool seen in [`list_tools`]
+    /// (Self::list_tools). Returns the result as is: complete, `input_required` or a task;
+    /// [`call_tool_round`](Self::call_tool_round) tells them apart.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, ClientError> {
-        self.request(
-            "tools/call",
-            json!({ "name": name, "arguments": arguments }),
-        )
-        .await
+        self.call_tool_params(json!({ "name": name, "arguments": arguments }))
+            .await
     }
 
     pub async fn get_task(&self, task_id: &str) -> Result<Value, ClientError> {
@@ -342,4 +411,41 @@ pub fn status_of(task: &Value) -> &str {
 
 pub fn is_terminal(task: &Value) -> bool {
     matches!(status_of(task), "completed" | "failed" | "cancelled")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oauth::{RegisteredClient, TokenEndpointAuth, Tokens};
+
+    #[test]
+    fn debug_output_never_shows_tokens_or_secrets() {
+        let client = Client::with_tasks("http://127.0.0.1:1/mcp").bearer("bearer-secret-1");
+        let tokens = Tokens {
+            access_token: "access-secret-2".into(),
+            refresh_token: Some("refresh-secret-3".into()),
+            expires_at: None,
+            scope: Some("a b".into()),
+        };
+        let registered = RegisteredClient {
+            client_id: "id".into(),
+            client_secret: Some("client-secret-4".into()),
+            auth_method: TokenEndpointAuth::ClientSecretBasic,
+            redirect_uri: "http://127.0.0.1/callback".into(),
+            how: "dynamic".into(),
+        };
+        let shown = format!("{client:?} {tokens:?} {registered:?}");
+        for secret in [
+            "bearer-secret-1",
+            "access-secret-2",
+            "refresh-secret-3",
+            "client-secret-4",
+        ] {
+            assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+        }
+        assert!(
+            shown.contains("a b") && shown.contains("127.0.0.1:1/mcp"),
+            "{shown}"
+        );
+    }
 }

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
+use crate::transport::{Answer, Outgoing};
 use crate::{Client, ClientError, Exchange};
 
 /// An open listen stream. Frames arrive in order; the last one is the listen result.
@@ -31,14 +32,24 @@ impl Client {
         id: Value,
         notifications: Value,
     ) -> Result<Subscription, ClientError> {
-        let response = self
-            .post(
-                &id,
-                "subscriptions/listen",
-                json!({ "notifications": notifications }),
-            )
-            .send()
+        let answer = self
+            .execute(Outgoing {
+                id: &id,
+                method: "subscriptions/listen",
+                params: json!({ "notifications": notifications }),
+                headers: Vec::new(),
+                timeout: None,
+            })
             .await?;
+        let response = match answer {
+            Answer::Open(response) => response,
+            Answer::Read(exchange) => {
+                let result = exchange.into_result()?;
+                return Err(ClientError::Unexpected(format!(
+                    "subscriptions/listen answered JSON instead of a stream: {result}"
+                )));
+            }
+        };
         let is_stream = response
             .headers()
             .get("content-type")
@@ -50,16 +61,21 @@ impl Client {
                 "subscriptions/listen answered JSON instead of a stream: {result}"
             )));
         }
-        Ok(Subscription {
-            response,
-            buffer: String::new(),
-            frames: VecDeque::new(),
-            done: false,
-        })
+        Ok(Subscription::from_response(response))
     }
 }
 
 impl Subscription {
+    /// Reads the SSE stream of `response`.
+    pub(crate) fn from_response(response: reqwest::Response) -> Self {
+        Self {
+            response,
+            buffer: String::new(),
+            frames: VecDeque::new(),
+            done: false,
+        }
+    }
+
     /// Response headers.
     pub fn headers(&self) -> &reqwest::header::HeaderMap {
         self.response.headers()
@@ -77,6 +93,10 @@ impl Subscription {
             match self.response.chunk().await? {
                 Some(bytes) => {
                     self.buffer.push_str(&String::from_utf8_lossy(&bytes));
+                    if self.buffer.contains('\r') {
+                        // SSE lines may end in CRLF, CR or LF.
+                        self.buffer = self.buffer.replace("\r\n", "\n").replace('\r', "\n");
+                    }
                     self.parse_events()?;
                 }
                 None => self.done = true,

@@ -9,9 +9,11 @@ pub(crate) mod db;
 pub(crate) mod fixtures;
 pub(crate) mod http;
 pub(crate) mod jwt;
+pub(crate) mod oauth_as;
 pub(crate) mod procs;
 pub(crate) mod replica;
 pub(crate) mod spec;
+pub(crate) mod suite_servers;
 
 use std::time::Duration;
 
