@@ -393,3 +393,129 @@ async fn metrics_move_when_tasks_are_created_claimed_and_finished() {
         );
     }
 }
+
+/// A process whose log lines the test reads.
+struct Logged {
+    _child: tokio::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Logged {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut cmd = tokio::process::Command::from(crate::harness::procs::mcp_tasks(args, env));
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawning mcp-tasks");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                eprintln!("{line}");
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            }
+        });
+        Self {
+            _child: child,
+            lines,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The first line, parsed, whose `message` is `message` and that names task `id`.
+    async fn wait_line(&self, message: &str, id: &str) -> Value {
+        eventually(Duration::from_secs(30), message, || async {
+            self.lines().iter().find_map(|line| {
+                let value: Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                (value["message"] == message && value["task_id"] == id).then_some(value)
+            })
+        })
+        .await
+    }
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_name_the_task_tool_and_trace_and_never_the_data() {
+    let db = TestDb::new().await;
+    let received = Received::default();
+    let endpoint = http_receiver(received.clone()).await;
+    let mut replica_env = otlp_env(endpoint, "http/protobuf", "replica-under-test");
+    replica_env.push(("DATABASE_URL".into(), db.url.clone()));
+    let replica = Logged::start(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tools",
+            PACK,
+            "--log-format",
+            "json",
+        ],
+        &borrowed(&replica_env),
+    );
+    let addr = eventually(Duration::from_secs(30), "the replica to listen", || async {
+        replica
+            .lines()
+            .iter()
+            .find_map(|l| crate::harness::procs::listening_address(l))
+    })
+    .await;
+    // The worker exports nothing: its lines carry the trace id stored with the task.
+    let worker = Logged::start(
+        &["worker", "--tools", PACK, "--log-format", "json"],
+        &[("DATABASE_URL", &db.url)],
+    );
+
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let secret = "label-nobody-may-log-7d1e";
+    let created = Request::rpc(
+        json!(1),
+        "tools/call",
+        json!({ "name": "slow_compute", "arguments": { "seconds": 1, "label": secret } }),
+    )
+    .set("traceparent", format!("00-{trace}-b7ad6b7169203331-01"))
+    .send(&client(), &format!("http://{addr}/mcp"))
+    .await;
+    let id = task_id(&created.result("tools/call", &json!(1)));
+
+    let made = replica.wait_line("task created", &id).await;
+    assert_eq!(made["level"], "INFO", "{made}");
+    assert_eq!(made["target"], "mcp_tasks_server::tools_call", "{made}");
+    assert_eq!(made["tool"], "slow_compute", "{made}");
+    assert_eq!(made["method"], "tools/call", "{made}");
+    assert_eq!(made["trace_id"], trace, "{made}");
+    assert!(
+        is_hex(made["span_id"].as_str().unwrap_or_default(), 16),
+        "{made}"
+    );
+    let stamp = made["timestamp"].as_str().expect("timestamp");
+    time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("{stamp}: {e}"));
+
+    let finished = worker.wait_line("finished", &id).await;
+    assert_eq!(
+        finished["target"], "mcp_tasks_worker::executor",
+        "{finished}"
+    );
+    assert_eq!(finished["tool"], "slow_compute", "{finished}");
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(finished["trace_id"], trace, "{finished}");
+
+    for line in replica.lines().iter().chain(worker.lines().iter()) {
+        assert!(
+            !line.contains(secret),
+            "an argument or result was logged: {line}"
+        );
+    }
+}
