@@ -22,6 +22,9 @@ use tracing::Instrument;
 
 use crate::{Running, Shared, StopReason};
 
+/// The outcome of a run whose lease was lost: nothing it did was recorded.
+const LOST: &str = "lost";
+
 /// Status messages longer than this are cut; they are for humans.
 const MAX_STATUS_CHARS: usize = 1000;
 
@@ -71,6 +74,11 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
             let started = std::time::Instant::now();
             let outcome = run(&shared2, claimed, cancel, reason).await;
             observe::task_run(&tool, outcome, started.elapsed());
+            // However it was found out (a heartbeat, a refused write), the run ended
+            // because its lease was no longer this worker's.
+            if outcome == LOST {
+                observe::lease_lapsed();
+            }
             let mut running = shared2.running.lock().unwrap_or_else(|e| e.into_inner());
             // Only this run's entry: a newer lease of the same task may have replaced it.
             if running
@@ -168,7 +176,7 @@ async fn run(
 
     if stop == Some(StopReason::LeaseLost) {
         tracing::warn!("lease lost; this run's outcome is discarded");
-        return "lost";
+        return LOST;
     }
     let finish = match outcome {
         Some(Ok(Outcome::Complete(mut result))) => {
@@ -209,7 +217,7 @@ async fn run(
                     )),
                     Some(InputOutcome::Stale) | None => {
                         tracing::warn!("lease lost before the input request was recorded");
-                        return "lost";
+                        return LOST;
                     }
                 }
             }
@@ -239,7 +247,7 @@ async fn run(
             // The handler said it lost the task (its writes were refused).
             Some(StopReason::LeaseLost) | None => {
                 tracing::warn!("run interrupted without a reason; outcome discarded");
-                return "lost";
+                return LOST;
             }
         },
     };
@@ -306,14 +314,14 @@ async fn record(
                 status,
                 "lease lost before the outcome was recorded; discarded"
             );
-            "lost"
+            LOST
         }
         None => {
             tracing::error!(
                 status,
                 "could not record the outcome; the lease will lapse and the task run again"
             );
-            "lost"
+            LOST
         }
     }
 }

@@ -96,7 +96,6 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     if !alive.contains(&lease.id)
                         && shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost)
                     {
-                        observe::lease_lapsed();
                         tracing::warn!(task_id = %lease.id, "lease lost; stopping the run");
                     }
                 }
@@ -113,9 +112,7 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     // Our leases have lapsed: others may run these tasks now, and our
                     // writes would be refused anyway. Stop wasting work on them.
                     for lease in &leases {
-                        if shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost) {
-                            observe::lease_lapsed();
-                        }
+                        shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost);
                     }
                 }
             }
