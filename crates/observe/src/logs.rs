@@ -37,6 +37,7 @@ pub fn init(
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
+            .fmt_fields(TextFields)
             .with_writer(std::io::stderr)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -54,6 +55,48 @@ pub fn init(
         .with(traces)
         .try_init()
         .map_err(|e| format!("cannot set up logging: {e}"))
+}
+
+/// Fields as the default text format writes them, less the dotted ones (`http.*`,
+/// `rpc.*`, `otel.*`): those are span attributes for the trace backend.
+struct TextFields;
+
+impl<'w> FormatFields<'w> for TextFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: Writer<'w>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut visitor = TextVisitor {
+            writer: &mut writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct TextVisitor<'a, 'w> {
+    writer: &'a mut Writer<'w>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl Visit for TextVisitor<'_, '_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let name = field.name();
+        if self.result.is_err() || name.contains('.') {
+            return;
+        }
+        let space = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = if name == "message" {
+            write!(self.writer, "{space}{value:?}")
+        } else {
+            write!(self.writer, "{space}{name}={value:?}")
+        };
+    }
 }
 
 /// One JSON object per event (see the module docs).
