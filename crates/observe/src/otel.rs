@@ -95,6 +95,8 @@ where
 
 /// The store's spans (`db.*`, one per public method) are SQL client spans: they get
 /// the database semantic conventions here, so the store itself stays free of them.
+/// Those without a parent (the workers' polls, heartbeats and maintenance, several a
+/// second) are dropped: a trace of one statement that nobody asked for is noise.
 #[derive(Debug)]
 struct DbSpans<P>(P);
 
@@ -105,6 +107,9 @@ impl<P: SpanProcessor> SpanProcessor for DbSpans<P> {
 
     fn on_end(&self, mut span: SpanData) {
         if let Some(operation) = span.name.strip_prefix("db.") {
+            if span.parent_span_id == opentelemetry::trace::SpanId::INVALID {
+                return;
+            }
             let operation = operation.to_owned();
             span.span_kind = SpanKind::Client;
             span.attributes.extend([
