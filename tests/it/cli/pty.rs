@@ -185,5 +185,22 @@ async fn ctrl_c_cancels_the_task_or_detaches_from_it() {
     assert!(stderr(&out).contains("was cancelled"), "{}", stderr(&out));
     assert_eq!(status(&fx.task(&ids[0]).await), "cancelled");
     assert!(fx.state_ids().is_empty());
+
+    // Ctrl-C at an input prompt offers the same choice; cancelling a task that waits
+    // for input ends it at once.
+    let (screen, code) = fx
+        .pty(&["call", "generate_report"], |s| {
+            let mut screen = expect(s, "How do you respond?");
+            s.send_control('c').expect("Ctrl-C");
+            screen += &expect(s, "Ctrl-C: what about task");
+            screen += &expect(s, "Keep waiting");
+            send(s, ENTER);
+            screen += &expect(s, "was cancelled");
+            let (rest, code) = exit_code(s);
+            (screen + &rest, code)
+        })
+        .await;
+    assert_eq!(code, 4, "{screen}");
+    assert!(fx.state_ids().is_empty(), "{screen}");
     fx.stop().await;
 }
