@@ -45,6 +45,8 @@ pub(super) struct Followed {
     /// The last snapshot seen.
     pub(super) task: Value,
     pub(super) exit: Exit,
+    /// The user chose to detach (Ctrl-C): they want the terminal back.
+    pub(super) detached: bool,
 }
 
 /// What the user chose after Ctrl-C.
@@ -95,7 +97,11 @@ impl Session {
             if is_terminal(&task) {
                 self.forget(task_id);
                 let exit = Exit::of_task(&task, declined);
-                return Ok(Followed { task, exit });
+                return Ok(Followed {
+                    task,
+                    exit,
+                    detached: false,
+                });
             }
             // `input_required`: follow_task returns only then or when terminal.
             if !answer || cancelling || !prompt::have_terminal() {
@@ -107,6 +113,7 @@ impl Session {
                 return Ok(Followed {
                     task,
                     exit: Exit::Unfinished,
+                    detached: false,
                 });
             }
             let requests = task
@@ -119,10 +126,12 @@ impl Session {
                     declined |= answers.declined;
                     let responses = Value::Object(answers.responses);
                     if let Err(e) = self.client.update_task(task_id, responses).await {
-                        if e.code() != Some(-32602) || is_unknown_task(&e) {
+                        if e.code() != Some(-32602) {
                             return Err(e.into());
                         }
-                        // An answer the server found invalid: say why and ask again.
+                        // Invalid params: an answer the server found invalid (say why;
+                        // the next round asks again), or a task it no longer knows (the
+                        // next read says so).
                         eprintln!("The server did not accept the answer: {e}");
                     }
                 }
@@ -176,12 +185,16 @@ impl Session {
         } else {
             Exit::Unfinished
         };
-        Ok(Followed { task, exit })
+        Ok(Followed {
+            task,
+            exit,
+            detached: true,
+        })
     }
 
     /// Drops the task from the state file; a failure there is reported, never fatal.
     pub(super) fn forget(&self, task_id: &str) {
-        if let Err(e) = self.state.remove(&self.url, task_id) {
+        if let Err(e) = self.state().and_then(|s| s.remove(&self.url, task_id)) {
             eprintln!("mcp-tasks: {e:#}");
         }
     }
@@ -194,9 +207,10 @@ pub(super) async fn ask(requests: Map<String, Value>) -> Result<prompt::Answers,
         .unwrap_or_else(|e| Err(PromptError::Terminal(e.to_string())))
 }
 
-/// A task the server does not know (any more): `tasks/get` answers -32602 "not found".
+/// A task the server does not know (any more): to `tasks/get` or `tasks/cancel`, whose
+/// only parameter is the id, invalid params (-32602) means an unknown or expired task.
 pub(super) fn is_unknown_task(e: &ClientError) -> bool {
-    matches!(e, ClientError::Rpc { code: -32602, message, .. } if message.contains("not found"))
+    e.code() == Some(-32602)
 }
 
 fn interrupt_menu(task_id: &str) -> Choice {
@@ -238,6 +252,8 @@ impl StatusLine {
             ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
+        // The spinner and the clock move between updates too.
+        bar.enable_steady_tick(Duration::from_millis(100));
         Self {
             plain: !json && !dialoguer::console::Term::stderr().is_term(),
             bar,
@@ -263,7 +279,6 @@ impl StatusLine {
             text.clone_into(&mut last);
         }
         self.bar.set_message(text);
-        self.bar.enable_steady_tick(Duration::from_millis(100));
     }
 
     fn clear(&self) {

@@ -33,7 +33,7 @@ pub(super) enum ClientCommand {
     #[command(after_help = EXIT_CODES)]
     Call(CallCommand),
     /// Read, follow, answer and cancel tasks; resume the unfinished ones this client started.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EXIT_CODES)]
     Tasks(TasksCommand),
 }
 
@@ -89,7 +89,7 @@ pub(super) struct CallCommand {
 pub(super) struct Session {
     client: Client,
     url: String,
-    state: State,
+    state: Option<State>,
     json: bool,
 }
 
@@ -99,18 +99,23 @@ impl Session {
         if let Some(token) = &server.token {
             client = client.bearer(token.expose());
         }
-        let path = match &server.state_file {
-            Some(path) => path.clone(),
-            None => State::default_path().context(
-                "no place for the state file: set MCP_TASKS_STATE_FILE (or HOME or XDG_STATE_HOME)",
-            )?,
-        };
         Ok(Self {
             client,
             url: server.url.clone(),
-            state: State::new(path),
+            state: server
+                .state_file
+                .clone()
+                .or_else(State::default_path)
+                .map(State::new),
             json,
         })
+    }
+
+    /// The state file; without one (no HOME either) only starting and resuming tasks fail.
+    fn state(&self) -> anyhow::Result<&State> {
+        self.state.as_ref().context(
+            "no place for the state file: set MCP_TASKS_STATE_FILE (or HOME or XDG_STATE_HOME)",
+        )
     }
 
     /// Records a task this client started, so that `tasks resume` finds it.
@@ -128,11 +133,8 @@ impl Session {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         };
-        if let Err(e) = self.state.add(entry) {
-            eprintln!(
-                "mcp-tasks: the task will not be resumable: {e:#} ({})",
-                self.state.path().display()
-            );
+        if let Err(e) = self.state().and_then(|s| s.add(entry)) {
+            eprintln!("mcp-tasks: the task will not be resumable: {e:#}");
         }
     }
 

@@ -51,10 +51,6 @@ impl State {
         Some(state.join("mcp-tasks").join("tasks.json"))
     }
 
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The unfinished tasks started against `url`, oldest first.
     pub(super) fn tasks(&self, url: &str) -> anyhow::Result<Vec<Entry>> {
         let _lock = self.lock()?;
@@ -187,7 +183,8 @@ mod tests {
     #[test]
     fn entries_are_kept_per_server_and_removed_once() {
         let dir = std::env::temp_dir().join(format!("mcp-tasks-state-{}", std::process::id()));
-        let state = State::new(dir.join("nested").join("tasks.json"));
+        let path = dir.join("nested").join("tasks.json");
+        let state = State::new(path.clone());
         state.add(entry("http://a/mcp", "1")).expect("add");
         state.add(entry("http://a/mcp", "1")).expect("add again");
         state.add(entry("http://b/mcp", "2")).expect("add");
@@ -205,12 +202,12 @@ mod tests {
         state.remove("http://a/mcp", "1").expect("remove");
         state.remove("http://a/mcp", "404").expect("remove unknown");
         assert_eq!(ids("http://a/mcp"), ["3"]);
-        let mode = std::fs::metadata(state.path()).expect("stat").permissions();
+        let mode = std::fs::metadata(&path).expect("stat").permissions();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
             0o600
         );
-        std::fs::write(state.path(), "not json").expect("write");
+        std::fs::write(&path, "not json").expect("write");
         assert!(state.tasks("http://a/mcp").is_err());
         let _ = std::fs::remove_dir_all(dir);
     }

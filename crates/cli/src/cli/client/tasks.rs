@@ -168,7 +168,7 @@ async fn answer(args: AnswerArgs) -> anyhow::Result<Exit> {
 async fn resume(args: ResumeArgs) -> anyhow::Result<Exit> {
     let session = Session::open(&args.server, args.json)?;
     let mut interrupts = Interrupts::install()?;
-    let entries = session.state.tasks(&session.url)?;
+    let entries = session.state()?.tasks(&session.url)?;
     if entries.is_empty() && !session.json {
         eprintln!("No unfinished tasks of {} to resume.", session.url);
     }
@@ -178,20 +178,21 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<Exit> {
         if !session.json {
             eprintln!("Resuming task {} ({}).", entry.task_id, entry.tool);
         }
-        let (exit, task) = match session.follow(&entry.task_id, &mut interrupts, true).await {
-            Ok(followed) => {
-                if !session.json {
-                    followed_outcome(&followed.task);
+        let (exit, task, detached) =
+            match session.follow(&entry.task_id, &mut interrupts, true).await {
+                Ok(followed) => {
+                    if !session.json {
+                        followed_outcome(&followed.task);
+                    }
+                    (followed.exit, followed.task, followed.detached)
                 }
-                (followed.exit, followed.task)
-            }
-            Err(e) => {
-                if !session.json {
-                    eprintln!("mcp-tasks: task {}: {e:#}", entry.task_id);
+                Err(e) => {
+                    if !session.json {
+                        eprintln!("mcp-tasks: task {}: {e:#}", entry.task_id);
+                    }
+                    (Exit::Error, json!({ "error": format!("{e:#}") }), false)
                 }
-                (Exit::Error, json!({ "error": format!("{e:#}") }))
-            }
-        };
+            };
         report.push(json!({
             "taskId": entry.task_id,
             "tool": entry.tool,
@@ -202,7 +203,7 @@ async fn resume(args: ResumeArgs) -> anyhow::Result<Exit> {
             first = exit;
         }
         // Detached: the user wants the terminal back, not the next task.
-        if exit == Exit::Unfinished && !is_terminal(&task) {
+        if detached {
             break;
         }
     }
