@@ -252,8 +252,6 @@ impl StatusLine {
             ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        // The spinner and the clock move between updates too.
-        bar.enable_steady_tick(Duration::from_millis(100));
         Self {
             plain: !json && !dialoguer::console::Term::stderr().is_term(),
             bar,
@@ -270,15 +268,20 @@ impl StatusLine {
         if let Some(elapsed) = since_created(task) {
             self.bar.set_elapsed(elapsed);
         }
+        self.bar.set_message(text.clone());
         if let Ok(mut last) = self.last.lock()
             && *last != text
         {
+            if last.is_empty() {
+                // From the first snapshot on, the spinner and the clock move between
+                // updates too.
+                self.bar.enable_steady_tick(Duration::from_millis(100));
+            }
             if self.plain {
                 eprintln!("{text}");
             }
-            text.clone_into(&mut last);
+            *last = text;
         }
-        self.bar.set_message(text);
     }
 
     fn clear(&self) {

@@ -211,4 +211,28 @@ mod tests {
         assert!(state.tasks("http://a/mcp").is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    #[test]
+    fn concurrent_clients_keep_each_others_entries() {
+        let dir = std::env::temp_dir().join(format!("mcp-tasks-state-c-{}", std::process::id()));
+        let path = dir.join("tasks.json");
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let state = State::new(path.clone());
+                std::thread::spawn(move || {
+                    for i in 0..15 {
+                        state
+                            .add(entry("http://a/mcp", &format!("{t}-{i}")))
+                            .expect("add");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let state = State::new(path);
+        assert_eq!(state.tasks("http://a/mcp").expect("read").len(), 90);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
