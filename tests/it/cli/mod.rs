@@ -3,6 +3,7 @@
 //! `demo` and `conformance` packs, answering its prompts with keystrokes, pressing Ctrl-C,
 //! killing it mid-task; and without a terminal, for exit codes and `--json`.
 
+mod form;
 mod plain;
 mod pty;
 
