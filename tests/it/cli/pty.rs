@@ -153,6 +153,14 @@ async fn ctrl_c_cancels_the_task_or_detaches_from_it() {
             s.send_control('c').expect("Ctrl-C");
             screen += &expect(s, "Ctrl-C: what about task");
             screen += &expect(s, "Keep waiting");
+            // Keep waiting: the status line comes back, and the next Ctrl-C asks again.
+            send(s, DOWN);
+            send(s, DOWN);
+            send(s, ENTER);
+            screen += &expect_regex(s, r"Computing job: [1-9]+ of 60 s");
+            s.send_control('c').expect("Ctrl-C");
+            screen += &expect(s, "Ctrl-C: what about task");
+            screen += &expect(s, "Keep waiting");
             send(s, ENTER);
             screen += &expect(s, "was cancelled");
             let (rest, code) = exit_code(s);

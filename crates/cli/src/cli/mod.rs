@@ -108,7 +108,11 @@ pub fn main() -> std::process::ExitCode {
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
-    let shutdown = shutdown::shutdown_on_signal();
+    // The client commands answer Ctrl-C themselves (cancel the task or detach).
+    let shutdown = match &command {
+        Command::Client(_) => tokio_util::sync::CancellationToken::new(),
+        _ => shutdown::shutdown_on_signal(),
+    };
     match command {
         Command::Migrate(database) => migrate::run(database).await,
         Command::Serve(command) => serve::run(command, shutdown).await,
