@@ -1,6 +1,8 @@
 //! The client in a pseudo-terminal: prompts answered with keystrokes, Ctrl-C, a client
 //! killed mid-task and resumed.
 
+use std::time::Duration;
+
 use super::*;
 use crate::harness::status;
 
@@ -199,6 +201,10 @@ async fn ctrl_c_cancels_the_task_or_detaches_from_it() {
     let (screen, code) = fx
         .pty(&["call", "generate_report"], |s| {
             let mut screen = expect(s, "How do you respond?");
+            screen += &expect(s, "Cancel (dismiss)");
+            // Ctrl-C reaches a prompt as a key once it reads the terminal (raw mode),
+            // an instant after it is drawn.
+            std::thread::sleep(Duration::from_millis(300));
             s.send_control('c').expect("Ctrl-C");
             screen += &expect(s, "Ctrl-C: what about task");
             screen += &expect(s, "Keep waiting");

@@ -121,7 +121,11 @@ impl Session {
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default();
-            match ask(requests).await {
+            let asked = ask(requests).await;
+            // A Ctrl-C while the prompts were open reached them as a key (or was lost
+            // between two of them); it must not open the menu later.
+            interrupts.drain().await;
+            match asked {
                 Ok(answers) => {
                     declined |= answers.declined;
                     let responses = Value::Object(answers.responses);
@@ -136,7 +140,6 @@ impl Session {
                     }
                 }
                 Err(PromptError::Interrupted) => {
-                    interrupts.drain().await;
                     match self.interrupted(task_id, interrupts).await {
                         Choice::Wait => {}
                         Choice::Detach => return self.detached(task_id).await,
