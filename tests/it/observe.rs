@@ -383,6 +383,21 @@ async fn metrics_move_when_tasks_are_created_claimed_and_finished() {
         series(&after, "mcp_tasks_notification_lag_seconds_count").is_some_and(|n| n >= 1.0),
         "{after}"
     );
+    // Finished tasks are the planner's estimate: there once the table is analyzed.
+    sqlx::query("ANALYZE tasks")
+        .execute(&db.pool)
+        .await
+        .expect("ANALYZE");
+    wait_metrics(
+        &http,
+        &replica_metrics,
+        "the estimate of completed tasks",
+        |m| {
+            series(m, "mcp_tasks_tasks{status=\"completed\"}") == Some(3.0)
+                && series(m, "mcp_tasks_tasks{status=\"failed\"}") == Some(0.0)
+        },
+    )
+    .await;
 
     // Between them, the two scrapes show every metric of the contract.
     for (name, ..) in mcp_tasks_observe::names::ALL {
