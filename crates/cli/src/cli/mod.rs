@@ -11,6 +11,7 @@ mod bench;
 mod chaos;
 mod demo;
 mod dev;
+mod health;
 mod logging;
 mod migrate;
 mod serve;
@@ -24,6 +25,7 @@ use self::bench::Bench;
 use self::chaos::ChaosCommand;
 use self::demo::DemoCommand;
 use self::dev::DevCommand;
+use self::health::HealthCommand;
 use self::logging::{LogFormat, init_logging};
 use self::serve::ServeCommand;
 use self::worker::WorkerCommand;
@@ -72,6 +74,8 @@ enum Command {
     Chaos(ChaosCommand),
     /// Run the lessons' demo sequence against a server with the `demo` tool pack.
     Demo(DemoCommand),
+    /// Exit 0 when a replica's `/readyz` answers 200 (the container health check).
+    Health(HealthCommand),
 }
 
 pub fn main() -> std::process::ExitCode {
@@ -110,5 +114,6 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(bench) => bench::run(bench).await,
         Command::Chaos(command) => chaos::run(command, shutdown).await,
         Command::Demo(command) => demo::run(command).await,
+        Command::Health(command) => health::run(command).await,
     }
 }
