@@ -93,7 +93,7 @@ def status(result):
 
 def listen_check(url):
     ep = Endpoint(url)
-    created, created_by = ep.call("tools/call", {"name": "generate_report", "arguments": {"size": "small"}})
+    created, created_by = ep.call("tools/call", {"name": "confirm_delete", "arguments": {"filename": "deploy-check.txt"}})
     task_id = created["taskId"]
     conn, resp, stream_replica = ep.listen([task_id])
     print(f"listen: task {task_id} created via {created_by}; stream on {stream_replica}")
@@ -119,7 +119,7 @@ def listen_check(url):
                 "tasks/update",
                 {
                     "taskId": task_id,
-                    "inputResponses": {"approve_outline": {"action": "accept", "content": {"approved": True}}},
+                    "inputResponses": {"confirm_delete": {"action": "accept", "content": {"confirm": True}}},
                 },
             )
             print(f"listen: answered via {answered_by}")
