@@ -147,7 +147,7 @@ def with_retries(what, fn, deadline):
 
 def load(url, n, seconds):
     deadline = time.time() + 600
-    ids, errors, replicas = {}, [0], {}
+    ids, errors, replicas = {}, {}, {}
     lock = threading.Lock()
 
     def create(i):
@@ -160,9 +160,10 @@ def load(url, n, seconds):
                     {"name": "slow_compute", "arguments": {"seconds": seconds, "label": f"load-{i}"}},
                     {"idempotency-key": key},
                 )
-            except Exception:
+            except Exception as e:
                 with lock:
-                    errors[0] += 1
+                    why = str(e)[:60]
+                    errors[why] = errors.get(why, 0) + 1
                 raise
 
         result, replica = with_retries(f"create {i}", once, deadline)
@@ -178,7 +179,9 @@ def load(url, n, seconds):
         t.join()
     if len(ids) != n:
         raise SystemExit(f"load: only {len(ids)} of {n} tasks created")
-    print(f"load: created {n} tasks ({errors[0]} retried requests) via {dict(sorted(replicas.items(), key=str))}", flush=True)
+    print(f"load: created {n} tasks via {dict(sorted(replicas.items(), key=str))}", flush=True)
+    for why, count in sorted(errors.items(), key=lambda kv: -kv[1]):
+        print(f"load: retried {count} times: {why}", flush=True)
     print("created", flush=True)
 
     pending, outcome = dict(ids), {}
