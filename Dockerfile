@@ -16,7 +16,7 @@ COPY migrations migrations
 RUN --mount=type=cache,id=mcp-tasks-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=mcp-tasks-target,target=/src/target,sharing=locked \
     cargo build --release --locked --bin mcp-tasks \
-    && install -D -m 0755 target/release/mcp-tasks /out/mcp-tasks
+    && install -D -s -m 0755 target/release/mcp-tasks /out/mcp-tasks
 
 FROM debian:bookworm-slim
 # CA roots for https JWK sets and authorization servers; nothing else is installed.
