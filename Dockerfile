@@ -8,6 +8,8 @@
 # every current Docker uses, and Podman/Buildah support them without a syntax line).
 
 FROM rust:1-bookworm AS build
+# `-p mcp-tasks`: features are resolved for the binary alone, so crates only the tests use
+# (and their dependencies' features) do not change what the image compiles.
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates crates
@@ -15,7 +17,7 @@ COPY tests tests
 COPY migrations migrations
 RUN --mount=type=cache,id=mcp-tasks-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=mcp-tasks-target,target=/src/target,sharing=locked \
-    cargo build --release --locked --bin mcp-tasks \
+    cargo build --release --locked -p mcp-tasks --bin mcp-tasks \
     && install -D -s -m 0755 target/release/mcp-tasks /out/mcp-tasks
 
 FROM debian:bookworm-slim
