@@ -23,6 +23,7 @@
 //!     .expect("valid tool");
 //! ```
 
+pub mod catalog;
 mod context;
 mod input;
 pub mod packs;
@@ -33,5 +34,6 @@ pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, To
 pub use input::{InputRequests, validate_input_response};
 pub use registry::{Registry, RegistryError};
 pub use tool::{
-    BoxFuture, ExecutionPolicy, Outcome, Preflight, Tool, ToolBuilder, ToolError, ToolResult,
+    BoxFuture, ExecutionPolicy, InputKind, Outcome, Preflight, Tool, ToolBuilder, ToolError,
+    ToolResult,
 };
