@@ -180,6 +180,31 @@ mod tests {
     }
 
     #[test]
+    fn tools_with_invalid_header_annotations_are_refused() {
+        let tool = |schema| {
+            crate::Tool::builder("t")
+                .input_schema(schema)
+                .handler(|_ctx| async { Ok(crate::Outcome::text("")) })
+                .build()
+                .unwrap()
+        };
+        let ok =
+            tool(json!({"type":"object","properties":{"r":{"type":"string","x-mcp-header":"R"}}}));
+        let r = Registry::new([ok]).unwrap();
+        assert_eq!(r.header_params("t").len(), 1);
+        assert!(r.header_params("nope").is_empty());
+        for bad in [
+            json!({"type":"object","properties":{"n":{"type":"number","x-mcp-header":"N"}}}),
+            json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"bad name"}}}),
+        ] {
+            assert!(matches!(
+                Registry::new([tool(bad)]),
+                Err(RegistryError::InvalidHeader { .. })
+            ));
+        }
+    }
+
+    #[test]
     fn argument_errors_name_the_problem() {
         let r = Registry::from_packs("conformance").unwrap();
         assert!(r.validate_arguments("greet", &json!({"name":"x"})).is_ok());

@@ -160,3 +160,69 @@ async fn a_client_that_cannot_answer_is_refused_before_any_task() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_requests_answered_one_round_at_a_time_without_the_tasks_extension() {
+    let app = TestApp::builder().replicas(2).workers(1).start().await;
+    let on = |i: usize| {
+        Client::new(&app.replicas[i].url, json!({ "elicitation": {} }))
+            .header("x-test-principal", "alice")
+    };
+    let round = |state: Option<&str>, responses: serde_json::Value| {
+        let mut params =
+            json!({ "name": "multi_input", "arguments": {}, "inputResponses": responses });
+        if let Some(state) = state {
+            params["requestState"] = json!(state);
+        }
+        params
+    };
+    let r1 = on(0)
+        .request("tools/call", round(None, json!({})))
+        .await
+        .expect("round 1");
+    assert_eq!(r1["resultType"], "input_required", "{r1}");
+    let mut keys: Vec<&String> = r1["inputRequests"]
+        .as_object()
+        .expect("requests")
+        .keys()
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["confirm", "name"], "{r1}");
+
+    // Only one answered: the other is asked again, under a new state.
+    let r2 = on(1)
+        .request(
+            "tools/call",
+            round(
+                r1["requestState"].as_str(),
+                json!({ "name": { "action": "accept", "content": { "name": "Ada" } } }),
+            ),
+        )
+        .await
+        .expect("round 2");
+    assert_eq!(r2["resultType"], "input_required", "{r2}");
+    let left: Vec<&String> = r2["inputRequests"]
+        .as_object()
+        .expect("requests")
+        .keys()
+        .collect();
+    assert_eq!(left, ["confirm"], "{r2}");
+
+    let done = on(0)
+        .request(
+            "tools/call",
+            round(
+                r2["requestState"].as_str(),
+                json!({ "confirm": { "action": "accept", "content": { "confirm": true } } }),
+            ),
+        )
+        .await
+        .expect("round 3");
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert!(
+        crate::harness::spec::text_of(&done).contains("Ada"),
+        "{done}"
+    );
+    assert_eq!(tasks_of(&app, "multi_input").await, 1);
+    app.stop().await;
+}

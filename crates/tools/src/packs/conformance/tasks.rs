@@ -85,7 +85,9 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
         Tool::builder("multi_input")
             .description("Asks for two inputs at once; they may be answered one at a time.")
             .input_schema(no_args())
-            .policy(ExecutionPolicy::TaskRequired)
+            // Needing input does not make a tool task-required: without the Tasks
+            // extension both requests come back through MRTR.
+            .policy(ExecutionPolicy::TaskOptional)
             .asks_for(InputKind::FormElicitation)
             .poll_interval(Duration::from_millis(500))
             .handler(multi_input)
