@@ -334,7 +334,7 @@ pub(crate) fn ensure_client_can_answer(
         Ok(())
     } else {
         Err(RpcError::method(ErrorObject::missing_capability(
-            "This tool needs input the client did not declare it can provide",
+            "This request needs input the client did not declare it can provide",
             Value::Object(missing),
         )))
     }
