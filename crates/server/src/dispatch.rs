@@ -168,12 +168,15 @@ fn check_tool_headers(
         return Ok(());
     };
     let params = state.registry().header_params(name);
-    let Some(arguments) = request.params.get("arguments").and_then(Value::as_object) else {
-        return Ok(());
-    };
     if params.is_empty() {
         return Ok(());
     }
+    let none = Map::new();
+    let arguments = match request.params.get("arguments") {
+        None | Some(Value::Null) => &none,
+        Some(Value::Object(arguments)) => arguments,
+        Some(_) => return Ok(()),
+    };
     let mut raw = Vec::with_capacity(params.len());
     for p in params {
         let header = format!("mcp-param-{}", p.name.to_ascii_lowercase());

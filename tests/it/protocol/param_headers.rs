@@ -76,6 +76,16 @@ async fn mcp_param_headers_must_mirror_the_arguments() {
             good().set("mcp-param-region", b"H\xc3\xa9llo"),
         ),
         (
+            "a header for a call without arguments",
+            Request::rpc(
+                json!(1),
+                "tools/call",
+                json!({ "name": "test_custom_headers" }),
+            )
+            .principal("alice")
+            .set("mcp-param-region", "eu"),
+        ),
+        (
             "the header twice",
             good().add("mcp-param-region", "=?base64?SGVsbG8=?="),
         ),
