@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mcp_tasks_wire::ClientCapabilities;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -73,6 +74,7 @@ struct Inner {
     trace_context: Map<String, Value>,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -96,6 +98,7 @@ impl ToolContext {
             trace_context: Map::new(),
             cancel: CancellationToken::new(),
             sink: Arc::new(NoopSink),
+            client_capabilities: None,
         }
     }
 
@@ -131,6 +134,14 @@ impl ToolContext {
             "cancel" => Some(Elicitation::Cancel),
             _ => None,
         }
+    }
+
+    /// What the calling client declared, for a run inside the replica that received the
+    /// call (a sync-only tool), so a handler can ask only for input the client can give.
+    /// `None` in a worker: there the kinds the tool declared with
+    /// [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
+    pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
+        self.inner.client_capabilities.as_ref()
     }
 
     /// The checkpoint saved by an earlier run of this task, if any.
@@ -220,9 +231,15 @@ pub struct ToolContextBuilder {
     trace_context: Map<String, Value>,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 impl ToolContextBuilder {
+    pub fn client_capabilities(mut self, capabilities: ClientCapabilities) -> Self {
+        self.client_capabilities = Some(capabilities);
+        self
+    }
+
     pub fn responses(mut self, responses: Map<String, Value>) -> Self {
         self.responses = responses;
         self
@@ -269,6 +286,7 @@ impl ToolContextBuilder {
                 trace_context: self.trace_context,
                 cancel: self.cancel,
                 sink: self.sink,
+                client_capabilities: self.client_capabilities,
             }),
         }
     }

@@ -86,6 +86,18 @@ async fn exit_codes_tell_the_outcomes_apart() {
     let out = fx.run(&["call"]).await;
     assert_code(&out, 2);
 
+    // A task of another server is left in the state file by a resume here.
+    let other = json!({ "tasks": [{ "url": "http://127.0.0.1:1/mcp", "taskId": "elsewhere", "tool": "greet" }] });
+    std::fs::write(fx.state_file(), other.to_string()).expect("state file");
+    let out = fx.run(&["tasks", "resume"]).await;
+    assert_code(&out, 0);
+    assert!(
+        stderr(&out).contains("1 unfinished task(s) of other servers left alone"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fx.state_ids(), ["elsewhere"]);
+
     // The codes are documented where a user looks.
     let out = fx.run(&["call", "--help"]).await;
     assert_code(&out, 0);

@@ -12,6 +12,7 @@ mod chaos;
 mod client;
 mod demo;
 mod dev;
+mod health;
 mod logging;
 mod migrate;
 mod serve;
@@ -26,6 +27,7 @@ use self::chaos::ChaosCommand;
 use self::client::ClientCommand;
 use self::demo::DemoCommand;
 use self::dev::DevCommand;
+use self::health::HealthCommand;
 use self::logging::{LogFormat, init_logging};
 use self::serve::ServeCommand;
 use self::worker::WorkerCommand;
@@ -76,6 +78,8 @@ enum Command {
     Demo(DemoCommand),
     #[command(flatten)]
     Client(ClientCommand),
+    /// Exit 0 when a replica's `/readyz` answers 200 (the container health check).
+    Health(HealthCommand),
 }
 
 pub fn main() -> std::process::ExitCode {
@@ -142,5 +146,6 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Chaos(command) => chaos::run(command, shutdown).await,
         Command::Demo(command) => demo::run(command).await,
         Command::Client(command) => client::run(command).await,
+        Command::Health(command) => health::run(command).await,
     }
 }

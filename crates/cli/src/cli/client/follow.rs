@@ -68,6 +68,7 @@ impl Session {
     ) -> anyhow::Result<Followed> {
         let mut declined = false;
         let mut cancelling = false;
+        let mut answered = std::collections::HashSet::new();
         loop {
             let line = StatusLine::new(self.json);
             let followed = tokio::select! {
@@ -116,11 +117,25 @@ impl Session {
                     detached: false,
                 });
             }
-            let requests = task
+            // Keys are unique over a task's lifetime, so one already answered is only a
+            // snapshot older than the answer (the ack may come before `tasks/get` shows it).
+            let requests: Map<String, Value> = task
                 .get("inputRequests")
                 .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
+                .into_iter()
+                .flatten()
+                .filter(|(key, _)| !answered.contains(*key))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if requests.is_empty() {
+                let every = task
+                    .get("pollIntervalMs")
+                    .and_then(Value::as_u64)
+                    .map_or(MAX_POLL, Duration::from_millis)
+                    .min(MAX_POLL);
+                tokio::time::sleep(every).await;
+                continue;
+            }
             let asked = ask(requests).await;
             // A Ctrl-C while the prompts were open reached them as a key (or was lost
             // between two of them); it must not open the menu later.
@@ -128,15 +143,15 @@ impl Session {
             match asked {
                 Ok(answers) => {
                     declined |= answers.declined;
+                    let keys: Vec<String> = answers.responses.keys().cloned().collect();
                     let responses = Value::Object(answers.responses);
-                    if let Err(e) = self.client.update_task(task_id, responses).await {
-                        if e.code() != Some(-32602) {
-                            return Err(e.into());
-                        }
+                    match self.client.update_task(task_id, responses).await {
+                        Ok(_) => answered.extend(keys),
+                        Err(e) if e.code() != Some(-32602) => return Err(e.into()),
                         // Invalid params: an answer the server found invalid (say why;
                         // the next round asks again), or a task it no longer knows (the
                         // next read says so).
-                        eprintln!("The server did not accept the answer: {e}");
+                        Err(e) => eprintln!("The server did not accept the answer: {e}"),
                     }
                 }
                 Err(PromptError::Interrupted) => {

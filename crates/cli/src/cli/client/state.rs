@@ -53,13 +53,13 @@ impl State {
 
     /// The unfinished tasks started against `url`, oldest first.
     pub(super) fn tasks(&self, url: &str) -> anyhow::Result<Vec<Entry>> {
+        Ok(self.all()?.into_iter().filter(|e| e.url == url).collect())
+    }
+
+    /// Every unfinished task, whatever its server, oldest first.
+    pub(super) fn all(&self) -> anyhow::Result<Vec<Entry>> {
         let _lock = self.lock()?;
-        Ok(self
-            .read()?
-            .tasks
-            .into_iter()
-            .filter(|e| e.url == url)
-            .collect())
+        Ok(self.read()?.tasks)
     }
 
     pub(super) fn add(&self, entry: Entry) -> anyhow::Result<()> {

@@ -168,9 +168,18 @@ async fn answer(args: AnswerArgs) -> anyhow::Result<Exit> {
 async fn resume(args: ResumeArgs) -> anyhow::Result<Exit> {
     let session = Session::open(&args.server, args.json)?;
     let mut interrupts = Interrupts::install()?;
-    let entries = session.state()?.tasks(&session.url)?;
-    if entries.is_empty() && !session.json {
-        eprintln!("No unfinished tasks of {} to resume.", session.url);
+    let state = session.state()?;
+    let entries = state.tasks(&session.url)?;
+    let elsewhere = state.all()?.len().saturating_sub(entries.len());
+    if !session.json {
+        if entries.is_empty() {
+            eprintln!("No unfinished tasks of {} to resume.", session.url);
+        }
+        if elsewhere > 0 {
+            eprintln!(
+                "{elsewhere} unfinished task(s) of other servers left alone (resume them with their MCP_TASKS_URL)."
+            );
+        }
     }
     let mut first = Exit::Completed;
     let mut report = Vec::new();
