@@ -20,6 +20,7 @@ mod maintenance;
 mod notify;
 mod record;
 mod sessions;
+mod stats;
 mod watch;
 
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub use maintenance::MaintenanceReport;
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use sessions::Revocation;
+pub use stats::{PoolStats, TaskStats};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
