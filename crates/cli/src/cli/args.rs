@@ -30,9 +30,10 @@ pub(super) struct OptionalDatabase {
 
 #[derive(Debug, Args)]
 pub(super) struct PoolArgs {
-    /// Largest number of database connections this process opens.
-    #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS", default_value_t = 16)]
-    db_max_connections: u32,
+    /// Largest number of database connections this process opens [default: 4 per core,
+    /// between 8 and 64].
+    #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS")]
+    db_max_connections: Option<u32>,
     /// How long a request waits for a database connection before failing (ms).
     #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2000)]
     db_acquire_timeout_ms: u64,
@@ -41,7 +42,9 @@ pub(super) struct PoolArgs {
 impl PoolArgs {
     fn config(&self) -> PoolConfig {
         PoolConfig {
-            max_connections: self.db_max_connections,
+            max_connections: self
+                .db_max_connections
+                .unwrap_or_else(mcp_tasks_store::default_max_connections),
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
             ..PoolConfig::default()
         }
