@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -22,19 +23,36 @@ pub(crate) const PRINCIPAL: &str = "anonymous";
 /// One operation of a baseline, given its sequence number.
 pub(crate) type Op = Arc<dyn Fn(PgPool, u64) -> BoxFuture<'static, sqlx::Result<()>> + Send + Sync>;
 
-/// `concurrency` clients, each running `op` back to back for `duration`.
+/// `concurrency` clients, each running `op` back to back for `duration`, on connections of
+/// their own (at most 32: the server is shared, and the service's requests share its
+/// pool too), opened before the clock starts and closed afterwards.
 pub(crate) async fn drive(
+    url: &str,
+    concurrency: usize,
+    duration: Duration,
+    op: Op,
+) -> anyhow::Result<Run> {
+    let connections = concurrency.min(32);
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(connections)?)
+        .connect(url)
+        .await?;
+    let mut warm = Vec::new();
+    for _ in 0..connections {
+        warm.push(pool.acquire().await?);
+    }
+    drop(warm);
+    let run = drive_on(&pool, concurrency, duration, op).await;
+    pool.close().await;
+    run
+}
+
+async fn drive_on(
     pool: &PgPool,
     concurrency: usize,
     duration: Duration,
     op: Op,
 ) -> anyhow::Result<Run> {
-    // Connections are opened before the clock starts, as the load generator's are.
-    let mut warm = Vec::new();
-    for _ in 0..concurrency.min(pool.options().get_max_connections() as usize) {
-        warm.push(pool.acquire().await?);
-    }
-    drop(warm);
     let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();

@@ -174,7 +174,7 @@ pub(crate) async fn lifecycle(env: &Env, out: &mut dyn Write) -> anyhow::Result<
 /// The raw create → claim → complete cycle at c16, with no worker about (it would claim
 /// the baseline's tasks); its rows are removed afterwards.
 pub(crate) async fn raw_cycle(env: &Env) -> anyhow::Result<Run> {
-    let raw = baseline::drive(&env.db.sql, 16, env.seconds(), baseline::cycle()).await?;
+    let raw = baseline::drive(&env.db.url, 16, env.seconds(), baseline::cycle()).await?;
     sqlx::query("DELETE FROM tasks WHERE lease_owner = 'raw' OR status = 'completed'")
         .execute(&env.db.sql)
         .await?;
@@ -260,30 +260,63 @@ pub(crate) async fn pickup(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
 }
 
 /// Database counters of one stretch of work.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Counters {
     commits: i64,
     wal: i64,
+    lsn: String,
 }
 
 async fn counters(sql: &PgPool) -> anyhow::Result<Counters> {
     // Busy backends report their counters at most every second; the ones measured have
     // exited by now, which reports theirs.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let (commits, wal): (i64, i64) = sqlx::query_as(
-        "SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint
+    let (commits, wal, lsn): (i64, i64, String) = sqlx::query_as(
+        "SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
+                pg_current_wal_flush_lsn()::text
          FROM pg_stat_database WHERE datname = current_database()",
     )
     .fetch_one(sql)
     .await?;
-    Ok(Counters { commits, wal })
+    Ok(Counters { commits, wal, lsn })
 }
 
-fn per_task(before: Counters, after: Counters, tasks: usize) -> (f64, f64) {
+/// The WAL that touched this database's relations between two points (pg_walinspect:
+/// records and full-page images with a block of this database), and this database's
+/// commit records (about 40 bytes each). `None` without the extension.
+async fn own_wal(sql: &PgPool, before: &Counters, after: &Counters) -> Option<i64> {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        .execute(sql)
+        .await
+        .ok()?;
+    let bytes: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(record_length), 0)::bigint
+         FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
+         WHERE block_ref LIKE '%/' || (SELECT oid FROM pg_database
+                                       WHERE datname = current_database()) || '/%'",
+    )
+    .bind(&before.lsn)
+    .bind(&after.lsn)
+    .fetch_one(sql)
+    .await
+    .ok()?;
+    Some(bytes + 40 * (after.commits - before.commits))
+}
+
+/// Commits and WAL bytes per task: this database's WAL when pg_walinspect can tell it,
+/// else the whole server's.
+async fn per_task(
+    sql: &PgPool,
+    before: &Counters,
+    after: &Counters,
+    tasks: usize,
+) -> (f64, f64, bool) {
     let n = tasks.max(1) as f64;
+    let own = own_wal(sql, before, after).await;
     (
         (after.commits - before.commits) as f64 / n,
-        (after.wal - before.wal) as f64 / n,
+        own.unwrap_or(after.wal - before.wal) as f64 / n,
+        own.is_some(),
     )
 }
 
@@ -294,16 +327,11 @@ pub(crate) async fn efficiency(env: &Env, out: &mut dyn Write) -> anyhow::Result
         "efficiency stops the service to read its counters; it runs against one it starts"
     );
     let sql = &env.observed;
-    // The raw cycle on connections of its own, closed afterwards so that they report.
-    let raw_pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(16)
-        .connect(&env.db.url)
-        .await?;
+    // The raw cycle's connections are closed afterwards, which makes them report.
     let before = counters(sql).await?;
-    let raw = baseline::drive(&raw_pool, 16, env.seconds(), baseline::cycle()).await?;
-    raw_pool.close().await;
+    let raw = baseline::drive(&env.db.url, 16, env.seconds(), baseline::cycle()).await?;
     let after = counters(sql).await?;
-    let (raw_commits, raw_wal) = per_task(before, after, raw.ok as usize);
+    let (raw_commits, raw_wal, _) = per_task(sql, &before, &after, raw.ok as usize).await;
     sqlx::query("DELETE FROM tasks")
         .execute(&env.db.sql)
         .await?;
@@ -318,7 +346,7 @@ pub(crate) async fn efficiency(env: &Env, out: &mut dyn Write) -> anyhow::Result
     env.service.stop_replica().await;
     let mut after = counters(sql).await?;
     after.commits -= i64::try_from(ours.polls).unwrap_or(0);
-    let (commits, wal) = per_task(before, after, ours.tasks);
+    let (commits, wal, own) = per_task(sql, &before, &after, ours.tasks).await;
     writeln!(
         out,
         "efficiency raw unbatched cycle: {raw_commits:.2} commits/task, {:.0} B WAL/task ({} tasks)",
@@ -333,7 +361,12 @@ pub(crate) async fn efficiency(env: &Env, out: &mut dyn Write) -> anyhow::Result
     )?;
     writeln!(
         out,
-        "efficiency note: WAL is the whole server's (other databases on it write too); commits are this database's"
+        "efficiency note: {}",
+        if own {
+            "WAL is this database's (pg_walinspect: records touching its relations, full-page images included, plus commit records)"
+        } else {
+            "WAL is the whole server's (pg_walinspect unavailable; other databases on it write too)"
+        }
     )?;
     let (dead, live, table, indexes): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT n_dead_tup, n_live_tup, pg_relation_size('tasks'), pg_indexes_size('tasks')

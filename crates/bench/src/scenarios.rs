@@ -59,6 +59,7 @@ pub(crate) struct Env {
     pub(crate) target: Target,
     /// The service's database (the scratch one, unless the service was given by URL).
     pub(crate) observed: PgPool,
+    pub(crate) observed_url: String,
     /// The store on the service's database.
     pub(crate) store: mcp_tasks_store::Store,
     pub(crate) config: Config,
@@ -70,7 +71,7 @@ impl Env {
         // service's requests share its pool (the server is shared: its connection limit
         // is not ours alone).
         let pool = mcp_tasks_store::PoolConfig {
-            max_connections: 32,
+            max_connections: 4,
             ..Default::default()
         };
         let db = ScratchDatabase::create(&config.database_url, &pool).await?;
@@ -91,7 +92,7 @@ impl Env {
         let (observed, store) = match config.url {
             Some(_) => (
                 PgPoolOptions::new()
-                    .max_connections(32)
+                    .max_connections(4)
                     .connect_lazy(&config.database_url)?,
                 mcp_tasks_store::Store::connect(&config.database_url, &pool).await?,
             ),
@@ -102,6 +103,7 @@ impl Env {
             service,
             target,
             observed,
+            observed_url: service_db,
             store,
             config: config.clone(),
         })
@@ -261,7 +263,7 @@ fn memchr(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Creates at concurrency `c`: ours, then the raw INSERT.
 pub(crate) async fn create_at(env: &Env, c: usize) -> anyhow::Result<(Run, Run)> {
-    let raw = baseline::drive(&env.db.sql, c, env.seconds(), baseline::insert()).await?;
+    let raw = baseline::drive(&env.db.url, c, env.seconds(), baseline::insert()).await?;
     let script = Arc::new(CreateScript {
         target: env.target.clone(),
         seconds: 0,
@@ -388,7 +390,7 @@ pub(crate) async fn get_at(env: &Env, c: usize) -> anyhow::Result<(Run, Run)> {
 }
 
 async fn get_of(env: &Env, id: uuid::Uuid, c: usize) -> anyhow::Result<(Run, Run)> {
-    let raw = baseline::drive(&env.observed, c, env.seconds(), baseline::get(id)).await?;
+    let raw = baseline::drive(&env.observed_url, c, env.seconds(), baseline::get(id)).await?;
     let script = Arc::new(GetScript {
         target: env.target.clone(),
         id,
