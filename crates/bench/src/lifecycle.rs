@@ -283,12 +283,12 @@ async fn counters(sql: &PgPool) -> anyhow::Result<Counters> {
 
 /// The WAL that touched this database's relations between two points (pg_walinspect:
 /// records and full-page images with a block of this database), and this database's
-/// commit records (about 40 bytes each). `None` without the extension.
-async fn own_wal(sql: &PgPool, before: &Counters, after: &Counters) -> Option<i64> {
+/// commit records (about 40 bytes each); why not, when it cannot.
+async fn own_wal(sql: &PgPool, before: &Counters, after: &Counters) -> Result<i64, String> {
     sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         .execute(sql)
         .await
-        .ok()?;
+        .map_err(|e| e.to_string())?;
     let bytes: i64 = sqlx::query_scalar(
         "SELECT coalesce(sum(record_length), 0)::bigint
          FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
@@ -299,8 +299,8 @@ async fn own_wal(sql: &PgPool, before: &Counters, after: &Counters) -> Option<i6
     .bind(&after.lsn)
     .fetch_one(sql)
     .await
-    .ok()?;
-    Some(bytes + 40 * (after.commits - before.commits))
+    .map_err(|e| e.to_string())?;
+    Ok(bytes + 40 * (after.commits - before.commits))
 }
 
 /// Commits and WAL bytes per task: this database's WAL when pg_walinspect can tell it,
@@ -310,13 +310,13 @@ async fn per_task(
     before: &Counters,
     after: &Counters,
     tasks: usize,
-) -> (f64, f64, bool) {
+) -> (f64, f64, Result<(), String>) {
     let n = tasks.max(1) as f64;
     let own = own_wal(sql, before, after).await;
     (
         (after.commits - before.commits) as f64 / n,
-        own.unwrap_or(after.wal - before.wal) as f64 / n,
-        own.is_some(),
+        own.as_ref().copied().unwrap_or(after.wal - before.wal) as f64 / n,
+        own.map(|_| ()),
     )
 }
 
@@ -331,7 +331,7 @@ pub(crate) async fn efficiency(env: &Env, out: &mut dyn Write) -> anyhow::Result
     let before = counters(sql).await?;
     let raw = baseline::drive(&env.db.url, 16, env.seconds(), baseline::cycle()).await?;
     let after = counters(sql).await?;
-    let (raw_commits, raw_wal, _) = per_task(sql, &before, &after, raw.ok as usize).await;
+    let (raw_commits, raw_wal, raw_own) = per_task(sql, &before, &after, raw.ok as usize).await;
     sqlx::query("DELETE FROM tasks")
         .execute(&env.db.sql)
         .await?;
@@ -362,10 +362,9 @@ pub(crate) async fn efficiency(env: &Env, out: &mut dyn Write) -> anyhow::Result
     writeln!(
         out,
         "efficiency note: {}",
-        if own {
-            "WAL is this database's (pg_walinspect: records touching its relations, full-page images included, plus commit records)"
-        } else {
-            "WAL is the whole server's (pg_walinspect unavailable; other databases on it write too)"
+        match own.and(raw_own) {
+            Ok(()) => "WAL is this database's (pg_walinspect: records touching its relations, full-page images included, plus commit records)".to_owned(),
+            Err(why) => format!("WAL is the whole server's, other databases' writes included (pg_walinspect could not tell: {why})"),
         }
     )?;
     let (dead, live, table, indexes): (i64, i64, i64, i64) = sqlx::query_as(

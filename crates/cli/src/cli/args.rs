@@ -31,7 +31,7 @@ pub(super) struct OptionalDatabase {
 #[derive(Debug, Args)]
 pub(super) struct PoolArgs {
     /// Largest number of database connections this process opens [default: 4 per core,
-    /// between 8 and 64].
+    /// between 8 and 64; for a worker, at least its concurrency + 4].
     #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS")]
     db_max_connections: Option<u32>,
     /// How long a request waits for a database connection before failing (ms).
@@ -67,6 +67,18 @@ impl Tools {
 impl Database {
     pub(super) async fn connect(&self) -> anyhow::Result<Store> {
         connect(self.url.expose(), &self.pool).await
+    }
+
+    /// Like [`Self::connect`], with a default pool of at least `connections` (a worker's
+    /// handlers each write through it; an explicit size is taken as it is).
+    pub(super) async fn connect_at_least(&self, connections: u32) -> anyhow::Result<Store> {
+        let mut config = self.pool.config();
+        if self.pool.db_max_connections.is_none() {
+            config.max_connections = config.max_connections.max(connections);
+        }
+        Store::connect(self.url.expose(), &config)
+            .await
+            .context("DATABASE_URL is not a valid PostgreSQL URL")
     }
 }
 
