@@ -73,6 +73,9 @@ pub struct ServerConfig {
     pub max_session_revocations: i64,
     /// Cache freshness advertised on `server/discover` and list results.
     pub cache_ttl: Duration,
+    /// Items per page of `tools/list`, `resources/list`, `resources/templates/list` and
+    /// `prompts/list`.
+    pub list_page_size: usize,
     pub instructions: Option<String>,
     /// Most task ids one `subscriptions/listen` may name.
     pub max_listen_tasks: usize,
@@ -96,6 +99,8 @@ pub struct ServerConfig {
     /// Set when tokens are required: published as RFC 9728 metadata and named in
     /// `WWW-Authenticate` challenges.
     pub protected_resource: Option<crate::ProtectedResource>,
+    /// The process's metrics, served on `GET /metrics`; `None` answers 404 there.
+    pub metrics: Option<mcp_tasks_observe::Metrics>,
 }
 
 impl ServerConfig {
@@ -113,6 +118,7 @@ impl ServerConfig {
             session_ttl: Duration::from_secs(24 * 3600),
             max_session_revocations: 1000,
             cache_ttl: Duration::from_secs(300),
+            list_page_size: 100,
             instructions: None,
             max_listen_tasks: 100,
             max_streams_per_principal: 64,
@@ -125,6 +131,7 @@ impl ServerConfig {
             max_tasks_in_flight: 1000,
             rate_limit: Some(crate::RateLimit::default()),
             connections: crate::ConnectionConfig::default(),
+            metrics: None,
         }
     }
 }

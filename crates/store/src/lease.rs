@@ -5,6 +5,7 @@ use mcp_tasks_wire::{ErrorObject, service_messages};
 use serde_json::{Map, Value};
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
+use time::OffsetDateTime;
 
 use crate::client_ops::finish_columns;
 use crate::record::{TaskRow, task_columns};
@@ -71,6 +72,8 @@ pub struct Claimed {
     pub task: TaskRecord,
     /// The previous holder's lease lapsed: its worker was lost.
     pub reclaimed: bool,
+    /// Since when the task was claimable (for the pickup delay).
+    pub runnable_since: OffsetDateTime,
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -78,6 +81,7 @@ struct ClaimedRow {
     #[sqlx(flatten)]
     row: TaskRow,
     reclaimed: bool,
+    runnable_since: OffsetDateTime,
 }
 
 /// A lease that is still held after a heartbeat.
@@ -127,7 +131,6 @@ impl Store {
     /// lapsed are reclaimed here too; those with no attempts left are not (see
     /// [`Store::rescue_lapsed`]). With `tools`, only tasks of those tools (a worker claims
     /// what it can run); empty means any tool.
-    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
     pub async fn claim_tools(
         &self,
         worker: &str,
@@ -135,14 +138,43 @@ impl Store {
         lease_ms: i64,
         tools: &[String],
     ) -> Result<Vec<Claimed>> {
+        self.claim_from(worker, limit, lease_ms, tools, true).await
+    }
+
+    /// Like [`Store::claim_tools`], from the queue only: lapsed leases are left for the
+    /// next full claim. For the claims a worker makes whenever a slot frees up; looking
+    /// for lapsed leases once per poll interval is enough (recovery takes a lease plus
+    /// a poll anyway), and their scan is only cheap once the table has statistics.
+    pub async fn claim_queued(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease_ms: i64,
+        tools: &[String],
+    ) -> Result<Vec<Claimed>> {
+        self.claim_from(worker, limit, lease_ms, tools, false).await
+    }
+
+    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
+    async fn claim_from(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease_ms: i64,
+        tools: &[String],
+        lapsed: bool,
+    ) -> Result<Vec<Claimed>> {
         let rows: Vec<ClaimedRow> = sqlx::query_as(concat!(
             r"
             -- Leases that lapsed with attempts left (few rows: only leased ones are in
-            -- tasks_leased), then the queue in order; none past its TTL.
+            -- tasks_leased), then the queue in order; none past its TTL. Each with the
+            -- moment it became runnable (for the pickup metric).
             WITH lapsed AS MATERIALIZED (
-                SELECT tenant AS c_tenant, principal AS c_principal, id AS c_id, true AS reclaimed
+                SELECT tenant AS c_tenant, principal AS c_principal, id AS c_id, true AS reclaimed,
+                    lease_expires_at AS runnable_since
                 FROM tasks
-                WHERE lease_owner IS NOT NULL
+                WHERE $7
+                  AND lease_owner IS NOT NULL
                   AND status = 'working'
                   AND lease_expires_at <= now()
                   AND attempt < max_attempts
@@ -153,7 +185,7 @@ impl Store {
                 FOR UPDATE SKIP LOCKED
             ),
             queued AS MATERIALIZED (
-                SELECT tenant, principal, id, false
+                SELECT tenant, principal, id, false, run_after
                 FROM tasks
                 WHERE status = 'working'
                   AND lease_owner IS NULL
@@ -181,7 +213,7 @@ impl Store {
             WHERE t.tenant = c.c_tenant AND t.principal = c.c_principal AND t.id = c.c_id
             RETURNING ",
             task_columns!(),
-            ", c.reclaimed"
+            ", c.reclaimed, c.runnable_since"
         ))
         .bind(worker)
         .bind(limit)
@@ -189,6 +221,7 @@ impl Store {
         .bind(service_messages::RUNNING)
         .bind(service_messages::RUNNING_AGAIN)
         .bind(tools)
+        .bind(lapsed)
         .fetch_all(self.pool())
         .await
         .db()?;
@@ -203,6 +236,7 @@ impl Store {
                     },
                     task,
                     reclaimed: r.reclaimed,
+                    runnable_since: r.runnable_since,
                 })
             })
             .collect()

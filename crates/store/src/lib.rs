@@ -22,6 +22,7 @@ mod maintenance;
 mod notify;
 mod record;
 mod sessions;
+mod stats;
 mod watch;
 
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub use maintenance::MaintenanceReport;
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use sessions::Revocation;
+pub use stats::{PoolStats, TaskStats};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

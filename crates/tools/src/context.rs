@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mcp_tasks_wire::ClientCapabilities;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -70,8 +71,10 @@ struct Inner {
     checkpoint: Option<Value>,
     task_id: Option<String>,
     attempt: u32,
+    trace_context: Map<String, Value>,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -92,8 +95,10 @@ impl ToolContext {
             checkpoint: None,
             task_id: None,
             attempt: 1,
+            trace_context: Map::new(),
             cancel: CancellationToken::new(),
             sink: Arc::new(NoopSink),
+            client_capabilities: None,
         }
     }
 
@@ -131,6 +136,14 @@ impl ToolContext {
         }
     }
 
+    /// What the calling client declared, for a run inside the replica that received the
+    /// call (a sync-only tool), so a handler can ask only for input the client can give.
+    /// `None` in a worker: there the kinds the tool declared with
+    /// [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
+    pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
+        self.inner.client_capabilities.as_ref()
+    }
+
     /// The checkpoint saved by an earlier run of this task, if any.
     pub fn checkpoint(&self) -> Option<&Value> {
         self.inner.checkpoint.as_ref()
@@ -144,6 +157,18 @@ impl ToolContext {
     /// 1 for the first run of this leg; more when an earlier worker was lost.
     pub fn attempt(&self) -> u32 {
         self.inner.attempt
+    }
+
+    /// The W3C trace context of this run (`traceparent`, and `tracestate` when there is
+    /// one): what a tool passes on to the services it calls, so their spans join the
+    /// trace of the `tools/call` that created the task. Empty when there is none.
+    pub fn trace_context(&self) -> &Map<String, Value> {
+        &self.inner.trace_context
+    }
+
+    /// The `traceparent` of this run, to send as that header.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.inner.trace_context.get("traceparent")?.as_str()
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -203,11 +228,18 @@ pub struct ToolContextBuilder {
     checkpoint: Option<Value>,
     task_id: Option<String>,
     attempt: u32,
+    trace_context: Map<String, Value>,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 impl ToolContextBuilder {
+    pub fn client_capabilities(mut self, capabilities: ClientCapabilities) -> Self {
+        self.client_capabilities = Some(capabilities);
+        self
+    }
+
     pub fn responses(mut self, responses: Map<String, Value>) -> Self {
         self.responses = responses;
         self
@@ -225,6 +257,11 @@ impl ToolContextBuilder {
 
     pub fn attempt(mut self, attempt: u32) -> Self {
         self.attempt = attempt;
+        self
+    }
+
+    pub fn trace_context(mut self, context: Map<String, Value>) -> Self {
+        self.trace_context = context;
         self
     }
 
@@ -246,8 +283,10 @@ impl ToolContextBuilder {
                 checkpoint: self.checkpoint,
                 task_id: self.task_id,
                 attempt: self.attempt,
+                trace_context: self.trace_context,
                 cancel: self.cancel,
                 sink: self.sink,
+                client_capabilities: self.client_capabilities,
             }),
         }
     }

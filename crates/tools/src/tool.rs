@@ -27,6 +27,42 @@ pub enum ExecutionPolicy {
     TaskRequired,
 }
 
+/// A kind of input request a tool may make, declared up front so that a call from a
+/// client that could not answer it is refused before anything runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// `elicitation/create` in form mode.
+    FormElicitation,
+    /// `elicitation/create` in URL mode.
+    UrlElicitation,
+    /// `sampling/createMessage`.
+    Sampling,
+    /// `roots/list`.
+    Roots,
+}
+
+impl InputKind {
+    /// The method and params shape of such a request, for a capability check.
+    pub fn probe(self) -> (&'static str, Value) {
+        match self {
+            Self::FormElicitation => ("elicitation/create", json!({ "mode": "form" })),
+            Self::UrlElicitation => ("elicitation/create", json!({ "mode": "url" })),
+            Self::Sampling => ("sampling/createMessage", json!({})),
+            Self::Roots => ("roots/list", json!({})),
+        }
+    }
+
+    /// The client capability that declares it, as `requiredCapabilities` names it.
+    pub fn capability(self) -> Value {
+        match self {
+            Self::FormElicitation => json!({ "elicitation": {} }),
+            Self::UrlElicitation => json!({ "elicitation": { "url": {} } }),
+            Self::Sampling => json!({ "sampling": {} }),
+            Self::Roots => json!({ "roots": {} }),
+        }
+    }
+}
+
 /// How one run of a handler ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -97,6 +133,8 @@ pub struct Tool {
     pub poll_interval: Duration,
     /// Client capabilities every call must declare (a `ClientCapabilities` object).
     pub required_capabilities: Option<Value>,
+    /// Kinds of input request the tool may make; a client must be able to answer each.
+    pub input_kinds: Vec<InputKind>,
     pub(crate) preflight: Option<Arc<Preflight>>,
     pub(crate) handler: Arc<HandlerFn>,
 }
@@ -125,6 +163,7 @@ impl Tool {
             ttl: Some(Duration::from_secs(3600)),
             poll_interval: Duration::from_secs(1),
             required_capabilities: None,
+            input_kinds: Vec::new(),
             preflight: None,
             handler: None,
         }
@@ -175,6 +214,7 @@ pub struct ToolBuilder {
     ttl: Option<Duration>,
     poll_interval: Duration,
     required_capabilities: Option<Value>,
+    input_kinds: Vec<InputKind>,
     preflight: Option<Arc<Preflight>>,
     handler: Option<Arc<HandlerFn>>,
 }
@@ -223,6 +263,16 @@ impl ToolBuilder {
 
     pub fn requires_capabilities(mut self, capabilities: Value) -> Self {
         self.required_capabilities = Some(capabilities);
+        self
+    }
+
+    /// Declares a kind of input request the tool may make (in its preflight, or in any
+    /// run). Calls from clients that did not declare the matching capability are refused
+    /// with `-32021` before a task exists.
+    pub fn asks_for(mut self, kind: InputKind) -> Self {
+        if !self.input_kinds.contains(&kind) {
+            self.input_kinds.push(kind);
+        }
         self
     }
 
@@ -275,6 +325,7 @@ impl ToolBuilder {
             ttl: self.ttl,
             poll_interval: self.poll_interval,
             required_capabilities: self.required_capabilities,
+            input_kinds: self.input_kinds,
             preflight: self.preflight,
             handler,
         })

@@ -4,7 +4,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_tasks_observe::record as observe;
 use mcp_tasks_store::{Event, EventKind, EventsConfig, TaskId};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{Shared, StopReason, executor};
@@ -19,6 +21,9 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     // The last claim got all it asked for: more is probably waiting.
     let mut backlog = false;
+    let mut last_full = Instant::now()
+        .checked_sub(config.poll_interval)
+        .unwrap_or_else(Instant::now);
     loop {
         // Wait for one free slot, then take every other free slot too.
         let first = tokio::select! {
@@ -40,11 +45,23 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         let wanted = permits.len();
 
-        let claimed = match shared
-            .store
-            .claim(&config.worker_id, wanted as i64, config.lease_ms())
-            .await
-        {
+        // Lapsed leases are looked for once per poll interval; the claims in between
+        // take from the queue only.
+        let full = last_full.elapsed() >= config.poll_interval;
+        if full {
+            last_full = Instant::now();
+        }
+        let claimed = match if full {
+            shared
+                .store
+                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &[])
+                .await
+        } else {
+            shared
+                .store
+                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), &[])
+                .await
+        } {
             Ok(claimed) => {
                 backoff = Duration::from_millis(100);
                 claimed
@@ -119,7 +136,7 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     if !alive.contains(&lease.id)
                         && shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost)
                     {
-                        tracing::warn!(task = %lease.id, "lease lost; stopping the run");
+                        tracing::warn!(task_id = %lease.id, "lease lost; stopping the run");
                     }
                 }
                 for reply in replies.iter().filter(|r| r.cancel_requested) {
@@ -196,11 +213,14 @@ pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken
             }
         }
         match rescued {
-            Ok(r) if r.failed + r.cancelled > 0 => tracing::warn!(
-                failed = r.failed,
-                cancelled = r.cancelled,
-                "finished tasks whose workers were lost and which may not run again"
-            ),
+            Ok(r) if r.failed + r.cancelled > 0 => {
+                observe::crash_recovered(r.failed);
+                tracing::warn!(
+                    failed = r.failed,
+                    cancelled = r.cancelled,
+                    "finished tasks whose workers were lost and which may not run again"
+                )
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "lease rescue failed"),
         }

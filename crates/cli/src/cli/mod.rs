@@ -9,8 +9,10 @@ mod args;
 mod auth;
 mod bench;
 mod chaos;
+mod client;
 mod demo;
 mod dev;
+mod health;
 mod logging;
 mod migrate;
 mod serve;
@@ -22,8 +24,10 @@ use clap::{Parser, Subcommand};
 use self::args::Database;
 use self::bench::Bench;
 use self::chaos::ChaosCommand;
+use self::client::ClientCommand;
 use self::demo::DemoCommand;
 use self::dev::DevCommand;
+use self::health::HealthCommand;
 use self::logging::{LogFormat, init_logging};
 use self::serve::ServeCommand;
 use self::worker::WorkerCommand;
@@ -72,14 +76,14 @@ enum Command {
     Chaos(ChaosCommand),
     /// Run the lessons' demo sequence against a server with the `demo` tool pack.
     Demo(DemoCommand),
+    #[command(flatten)]
+    Client(ClientCommand),
+    /// Exit 0 when a replica's `/readyz` answers 200 (the container health check).
+    Health(HealthCommand),
 }
 
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = init_logging(&cli.log, cli.log_format) {
-        eprintln!("mcp-tasks: {e:#}");
-        return std::process::ExitCode::from(2);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -90,9 +94,36 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    // The gRPC exporter needs the runtime around it when it is built.
+    let provider = {
+        let _inside = runtime.enter();
+        mcp_tasks_observe::otel::provider_from_env()
+    };
+    let provider = match provider {
+        Ok(provider) => provider,
+        Err(e) => {
+            eprintln!("mcp-tasks: trace export: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Err(e) = init_logging(&cli.log, cli.log_format, provider.as_ref()) {
+        eprintln!("mcp-tasks: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let outcome = runtime.block_on(run(cli.command));
+    // Spans still buffered are sent before the process exits (the runtime, which the
+    // gRPC exporter runs on, is still up).
+    if let Some(provider) = provider
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("mcp-tasks: trace export: {e}");
+    }
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(exit) = e.downcast_ref::<client::Exited>() {
+                return exit.code();
+            }
             tracing::error!("{e:#}");
             eprintln!("mcp-tasks: {e:#}");
             std::process::ExitCode::FAILURE
@@ -101,7 +132,11 @@ pub fn main() -> std::process::ExitCode {
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
-    let shutdown = shutdown::shutdown_on_signal();
+    // The client commands answer Ctrl-C themselves (cancel the task or detach).
+    let shutdown = match &command {
+        Command::Client(_) => tokio_util::sync::CancellationToken::new(),
+        _ => shutdown::shutdown_on_signal(),
+    };
     match command {
         Command::Migrate(database) => migrate::run(database).await,
         Command::Serve(command) => serve::run(command, shutdown).await,
@@ -110,5 +145,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(bench) => bench::run(bench).await,
         Command::Chaos(command) => chaos::run(command, shutdown).await,
         Command::Demo(command) => demo::run(command).await,
+        Command::Client(command) => client::run(command).await,
+        Command::Health(command) => health::run(command).await,
     }
 }
