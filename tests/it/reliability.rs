@@ -473,3 +473,80 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
     .expect("count");
     assert_eq!(held, 0);
 }
+
+/// The task's status and attempt, once it is finished.
+async fn finished_attempt(pool: &PgPool, id: uuid::Uuid) -> (String, i32) {
+    eventually(WAIT, "the task to finish", || async {
+        sqlx::query_as::<_, (String, i32)>(
+            "SELECT status, attempt FROM tasks WHERE id = $1 AND finished_at IS NOT NULL",
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+        .ok()
+        .flatten()
+    })
+    .await
+}
+
+async fn running(pool: &PgPool, id: uuid::Uuid) {
+    eventually(WAIT, "the task to run", || async {
+        let message: Option<String> =
+            sqlx::query_scalar("SELECT status_message FROM tasks WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+                .ok()
+                .flatten();
+        message.filter(|m| m.starts_with("Computing")).map(|_| ())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed_worker_does() {
+    let (mut db, pool) = own_database().await;
+    let store = Store::connect(db.url(), &PoolConfig::default())
+        .await
+        .expect("connect");
+    let env = [("MCP_TASKS_LEASE_MS", "5000"), ("MCP_TASKS_POLL_MS", "200")];
+    let worker = Proc::worker(db.url(), "conformance", &env);
+    let owner = mcp_tasks_store::Owner::new("acme", "alice");
+    let task = |seconds: u64| mcp_tasks_store::NewTask {
+        tool: "slow_compute".into(),
+        arguments: json!({ "seconds": seconds }),
+        status_message: None,
+        ttl_ms: None,
+        poll_interval_ms: None,
+        retention_ms: 60_000,
+        max_attempts: 3,
+        input_responses: serde_json::Map::new(),
+        trace_context: None,
+        idempotency: None,
+    };
+
+    // The database restarts while the task runs; the outage is shorter than the lease,
+    // though the lease may well lapse before the worker reaches the database again.
+    let t = store.create_task(&owner, task(6)).await.expect("create");
+    running(&pool, t.id.0).await;
+    tokio::task::block_in_place(|| db.stop());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::task::block_in_place(|| db.start_again()).expect("restart");
+    let (status, attempt) = finished_attempt(&pool, t.id.0).await;
+    assert_eq!(status, "completed");
+    assert_eq!(attempt, 1, "the outage cost an attempt");
+
+    // A worker killed mid-task costs one: the next worker runs it again. (The first
+    // statements on connections from before the restart fail: retried.)
+    let t = eventually(WAIT, "a create after the restart", || async {
+        store.create_task(&owner, task(2)).await.ok()
+    })
+    .await;
+    running(&pool, t.id.0).await;
+    worker.kill().await;
+    let _next = Proc::worker(db.url(), "conformance", &env);
+    let (status, attempt) = finished_attempt(&pool, t.id.0).await;
+    assert_eq!(status, "completed");
+    assert_eq!(attempt, 2, "a lost worker's run counts");
+    store.close().await;
+}

@@ -1,7 +1,13 @@
 //! `mcp-tasks bench`: measurements that print ratios against a baseline taken in the
 //! same run, because the machines they run on are shared and noisy.
 
+mod baseline;
+mod lifecycle;
+mod load;
 pub mod notify_cost;
 pub mod push;
+mod scale;
+pub mod scenarios;
 mod scratch;
+mod service;
 mod stats;

@@ -38,8 +38,9 @@ pub(crate) async fn handle(
     let store = state.store();
     match method {
         TaskMethod::Get => {
-            let task = found(store.get_task(owner, id).await?)?;
-            Ok(task.view().get_result())
+            // Only the columns the answer shows.
+            let view = found(store.get_view(owner, id).await?)?;
+            Ok(view.get_result())
         }
         TaskMethod::Update => {
             refuse_nul(params, "inputResponses")?;

@@ -151,6 +151,8 @@ pub(crate) async fn start<'a>(
     }
 
     let limit = state.config().max_tasks_in_flight;
+    // 0 (or less) turns the limit off, as for the rate limit.
+    let checked_limit = (limit > 0).then_some(limit);
     // With a key, a client that lost its answer calls again and finds the same task.
     let retryable = idempotency_key.is_some();
     let idempotency = idempotency_key.map(|key| Idempotency {
@@ -173,7 +175,7 @@ pub(crate) async fn start<'a>(
                 trace_context: Some(trace_context),
                 idempotency,
             },
-            Some(limit),
+            checked_limit,
         )
         .await?;
     let task = match created {

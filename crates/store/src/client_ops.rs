@@ -4,8 +4,10 @@ use mcp_tasks_wire::service_messages;
 use serde_json::{Map, Value};
 use sqlx::{Postgres, Transaction};
 
-use crate::record::TaskRow;
-use crate::{DbResult, Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
+use mcp_tasks_wire::TaskView;
+
+use crate::record::{TaskRow, ViewRow, task_columns, view_columns};
+use crate::{DbResult, Lookup, Owner, Result, Store, TaskId, TaskRecord, notify};
 
 /// Columns every statement that finishes a task sets: clears the lease and the runnable
 /// mark, and raises ttl_ms so the task stays readable for its retention period.
@@ -24,44 +26,6 @@ macro_rules! finish_columns {
     };
 }
 pub(crate) use finish_columns;
-
-/// A task about to be created.
-#[derive(Debug, Clone)]
-pub struct NewTask {
-    pub tool: String,
-    pub arguments: Value,
-    pub status_message: Option<String>,
-    /// From creation; `None` is unlimited.
-    pub ttl_ms: Option<i64>,
-    pub poll_interval_ms: Option<i64>,
-    /// Minimum time a finished task stays readable.
-    pub retention_ms: i64,
-    pub max_attempts: i32,
-    /// Answers gathered before the task existed (MRTR), visible to the handler.
-    pub input_responses: Map<String, Value>,
-    pub trace_context: Option<Value>,
-    /// Makes creation idempotent: a second create with the same key finds this task.
-    pub idempotency: Option<Idempotency>,
-}
-
-/// An idempotency key and a digest of the request it was first used with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Idempotency {
-    pub key: String,
-    pub request_digest: String,
-}
-
-/// What a create did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Created {
-    New(TaskRecord),
-    /// An earlier create with the same idempotency key and request made this task.
-    Existing(TaskRecord),
-    /// The idempotency key was used before with a different request.
-    KeyConflict,
-    /// The owner has too many unfinished tasks.
-    LimitReached,
-}
 
 /// What `tasks/update` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,136 +56,39 @@ pub enum CancelOutcome {
 }
 
 impl Store {
-    /// Creates a task and commits it, so it is readable from every replica as soon as
-    /// this returns. Wake the workers afterwards ([`crate::Waker`]).
-    pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
-        match self.create(owner, task, None).await? {
-            Created::New(task) | Created::Existing(task) => Ok(task),
-            other => Err(StoreError::corrupt(format!(
-                "unlimited create refused: {other:?}"
-            ))),
-        }
-    }
-
-    /// Creates a task, unless the owner already has `max_in_flight` unfinished tasks, or
-    /// the task's idempotency key names an existing task (returned, when the request is
-    /// the same). With a limit, an owner's creates are serialised on an advisory lock
-    /// (transaction-scoped, so it cannot leak), which keeps the count exact.
-    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err(level = "debug"))]
-    pub async fn create(
-        &self,
-        owner: &Owner,
-        task: NewTask,
-        max_in_flight: Option<i64>,
-    ) -> Result<Created> {
-        macro_rules! insert {
-            ($condition:literal) => {
-                concat!(
-                    r"
-                    INSERT INTO tasks (
-                        tenant, principal, id, tool, arguments, trace_context,
-                        status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
-                        input_responses, max_attempts, run_after,
-                        idempotency_key, request_digest
-                    )
-                    SELECT
-                        $1, $2, $3, $4, $5, $6,
-                        $7, $8, $9, $10, now() + $8 * interval '1 millisecond',
-                        $11, $12, now(),
-                        $14, $15
-                    ",
-                    $condition,
-                    "
-                    ON CONFLICT (tenant, principal, idempotency_key)
-                        WHERE idempotency_key IS NOT NULL
-                        DO NOTHING
-                    RETURNING *"
-                )
-            };
-        }
-        let sql = match max_in_flight {
-            None => insert!("WHERE $13::bigint IS NULL"),
-            Some(_) => insert!(
-                "WHERE (
-                    SELECT count(*) FROM (
-                        SELECT 1 FROM tasks
-                        WHERE tenant = $1 AND principal = $2 AND finished_at IS NULL
-                        LIMIT $13
-                    ) AS live
-                ) < $13"
-            ),
-        };
-        let id = TaskId::random();
-        let (key, digest) = match &task.idempotency {
-            Some(i) => (Some(i.key.as_str()), Some(i.request_digest.as_str())),
-            None => (None, None),
-        };
-        let mut tx = self.pool().begin().await.db()?;
-        if max_in_flight.is_some() {
-            // Creates of one owner take turns, so each counts what the previous ones
-            // committed: without this, simultaneous creates all see the same count.
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 7242))")
-                .bind(&owner.tenant)
-                .bind(&owner.principal)
-                .execute(&mut *tx)
-                .await
-                .db()?;
-        }
-        let row: Option<TaskRow> = sqlx::query_as(sql)
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(id.0)
-            .bind(&task.tool)
-            .bind(&task.arguments)
-            .bind(&task.trace_context)
-            .bind(&task.status_message)
-            .bind(task.ttl_ms)
-            .bind(task.poll_interval_ms)
-            .bind(task.retention_ms)
-            .bind(Value::Object(task.input_responses))
-            .bind(task.max_attempts)
-            .bind(max_in_flight)
-            .bind(key)
-            .bind(digest)
-            .fetch_optional(&mut *tx)
-            .await
-            .db()?;
-        tx.commit().await.db()?;
-        if let Some(row) = row {
-            return Ok(Created::New(row.try_into()?));
-        }
-        let (Some(key), Some(digest)) = (key, digest) else {
-            return Ok(Created::LimitReached);
-        };
-        let existing: Option<TaskRow> = sqlx::query_as(
-            "SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND idempotency_key = $3",
-        )
+    /// What `tasks/get` shows of a task: one primary-key read of only those columns.
+    #[tracing::instrument(name = "db.task.get_view", skip_all, err(level = "debug"))]
+    pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskView>> {
+        let row: Option<ViewRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            view_columns!(),
+            " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
+        ))
         .bind(&owner.tenant)
         .bind(&owner.principal)
-        .bind(key)
+        .bind(id.0)
         .fetch_optional(self.pool())
         .await
         .db()?;
-        Ok(match existing {
-            Some(row) if row.request_digest.as_deref() == Some(digest) => {
-                Created::Existing(row.try_into()?)
-            }
-            Some(_) => Created::KeyConflict,
-            // No conflict, so the limit refused it.
-            None => Created::LimitReached,
-        })
+        match row {
+            Some(row) => Ok(Lookup::Found(row.try_into()?)),
+            None => self.missing(self.pool(), owner, id).await,
+        }
     }
 
     #[tracing::instrument(name = "db.task.get", skip_all, err(level = "debug"))]
     pub async fn get_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskRecord>> {
-        let row: Option<TaskRow> =
-            sqlx::query_as("SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3")
-                .bind(&owner.tenant)
-                .bind(&owner.principal)
-                .bind(id.0)
-                .fetch_optional(self.pool())
-                .await
-                .db()?;
+        let row: Option<TaskRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
+        ))
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(id.0)
+        .fetch_optional(self.pool())
+        .await
+        .db()?;
         match row {
             Some(row) => Ok(Lookup::Found(row.try_into()?)),
             None => self.missing(self.pool(), owner, id).await,
@@ -259,9 +126,11 @@ impl Store {
         owner: &Owner,
         id: TaskId,
     ) -> Result<Lookup<TaskRecord>> {
-        let row: Option<TaskRow> = sqlx::query_as(
-            "SELECT * FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3 FOR UPDATE",
-        )
+        let row: Option<TaskRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3 FOR UPDATE"
+        ))
         .bind(&owner.tenant)
         .bind(&owner.principal)
         .bind(id.0)

@@ -8,14 +8,19 @@ use sqlx::postgres::PgArguments;
 use time::OffsetDateTime;
 
 use crate::client_ops::finish_columns;
-use crate::record::TaskRow;
+use crate::record::{TaskRow, task_columns};
 use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
 
-/// The guard on every worker write: the same lease (token), still working, not lapsed.
+/// The guard on every worker write: the same lease (token), still held and working.
+///
+/// A lease that lapsed is not checked here: every claim bumps the token, so a lapsed
+/// lease that nobody claimed since is still the only one (after a database outage its
+/// worker takes it back and goes on), and one that somebody claimed can never write
+/// again. Expiry, rescue and cancellation all change the status, which fences them too.
 macro_rules! fenced {
     () => {
         "tenant = $1 AND principal = $2 AND id = $3 AND lease_token = $4
-         AND status = 'working' AND lease_expires_at > now()"
+         AND status = 'working' AND lease_owner IS NOT NULL"
     };
 }
 
@@ -116,45 +121,107 @@ pub struct RescueReport {
 }
 
 impl Store {
+    /// Claims up to `limit` runnable tasks of any tool in one statement (see
+    /// [`Store::claim_tools`]).
+    pub async fn claim(&self, worker: &str, limit: i64, lease_ms: i64) -> Result<Vec<Claimed>> {
+        self.claim_tools(worker, limit, lease_ms, &[]).await
+    }
+
     /// Claims up to `limit` runnable tasks in one statement. Tasks whose previous lease
     /// lapsed are reclaimed here too; those with no attempts left are not (see
-    /// [`Store::rescue_lapsed`]).
+    /// [`Store::rescue_lapsed`]). With `tools`, only tasks of those tools (a worker claims
+    /// what it can run); empty means any tool.
+    pub async fn claim_tools(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease_ms: i64,
+        tools: &[String],
+    ) -> Result<Vec<Claimed>> {
+        self.claim_from(worker, limit, lease_ms, tools, true).await
+    }
+
+    /// Like [`Store::claim_tools`], from the queue only: lapsed leases are left for the
+    /// next full claim. For the claims a worker makes whenever a slot frees up; looking
+    /// for lapsed leases once per poll interval is enough (recovery takes a lease plus
+    /// a poll anyway), and their scan is only cheap once the table has statistics.
+    pub async fn claim_queued(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease_ms: i64,
+        tools: &[String],
+    ) -> Result<Vec<Claimed>> {
+        self.claim_from(worker, limit, lease_ms, tools, false).await
+    }
+
     #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
-    pub async fn claim(&self, worker: &str, limit: i64, lease_ms: i64) -> Result<Vec<Claimed>> {
-        let rows: Vec<ClaimedRow> = sqlx::query_as(
+    async fn claim_from(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease_ms: i64,
+        tools: &[String],
+        lapsed: bool,
+    ) -> Result<Vec<Claimed>> {
+        let rows: Vec<ClaimedRow> = sqlx::query_as(concat!(
             r"
-            WITH candidates AS MATERIALIZED (
-                SELECT tenant, principal, id, lease_owner AS previous_owner,
-                    run_after AS runnable_since
+            -- Leases that lapsed with attempts left (few rows: only leased ones are in
+            -- tasks_leased), then the queue in order; none past its TTL. Each with the
+            -- moment it became runnable (for the pickup metric).
+            WITH lapsed AS MATERIALIZED (
+                SELECT tenant AS c_tenant, principal AS c_principal, id AS c_id, true AS reclaimed,
+                    lease_expires_at AS runnable_since
                 FROM tasks
-                WHERE status = 'working'
-                  AND run_after <= now()
+                WHERE $7
+                  AND lease_owner IS NOT NULL
+                  AND status = 'working'
+                  AND lease_expires_at <= now()
+                  AND attempt < max_attempts
                   AND cancel_requested_at IS NULL
-                  AND NOT (lease_owner IS NOT NULL AND attempt >= max_attempts)
-                ORDER BY run_after
+                  AND (expires_at IS NULL OR expires_at > now())
+                  AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
-            )
+            ),
+            queued AS MATERIALIZED (
+                SELECT tenant, principal, id, false, run_after
+                FROM tasks
+                WHERE status = 'working'
+                  AND lease_owner IS NULL
+                  AND run_after <= now()
+                  AND cancel_requested_at IS NULL
+                  AND (expires_at IS NULL OR expires_at > now())
+                  AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
+                ORDER BY run_after
+                LIMIT $2 - (SELECT count(*) FROM lapsed)
+                FOR UPDATE SKIP LOCKED
+            ),
+            candidates AS (SELECT * FROM lapsed UNION ALL SELECT * FROM queued)
             UPDATE tasks t SET
                 lease_owner = $1,
                 lease_token = t.lease_token + 1,
                 lease_expires_at = now() + $3 * interval '1 millisecond',
-                run_after = now() + $3 * interval '1 millisecond',
+                -- Out of the queue's index; leased rows are found by tasks_leased.
+                run_after = NULL,
                 attempt = t.attempt + 1,
                 status_message = CASE WHEN t.attempt = 0 THEN $4
                     ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
                 updated_at = now(),
                 version = t.version + 1
             FROM candidates c
-            WHERE t.tenant = c.tenant AND t.principal = c.principal AND t.id = c.id
-            RETURNING t.*, c.previous_owner IS NOT NULL AS reclaimed, c.runnable_since
-            ",
-        )
+            WHERE t.tenant = c.c_tenant AND t.principal = c.c_principal AND t.id = c.c_id
+            RETURNING ",
+            task_columns!(),
+            ", c.reclaimed, c.runnable_since"
+        ))
         .bind(worker)
         .bind(limit)
         .bind(lease_ms)
         .bind(service_messages::RUNNING)
         .bind(service_messages::RUNNING_AGAIN)
+        .bind(tools)
+        .bind(lapsed)
         .fetch_all(self.pool())
         .await
         .db()?;
@@ -186,10 +253,10 @@ impl Store {
             WITH doomed AS MATERIALIZED (
                 SELECT tenant, principal, id
                 FROM tasks
-                WHERE status = 'working'
-                  AND run_after <= now()
-                  AND (cancel_requested_at IS NOT NULL
-                       OR (lease_owner IS NOT NULL AND attempt >= max_attempts))
+                WHERE lease_owner IS NOT NULL
+                  AND status = 'working'
+                  AND lease_expires_at <= now()
+                  AND (cancel_requested_at IS NOT NULL OR attempt >= max_attempts)
                 LIMIT $1
                 FOR UPDATE SKIP LOCKED
             )
@@ -219,6 +286,12 @@ impl Store {
 
     /// Extends every lease in `leases` that is still held, in one statement. Leases not
     /// in the reply are lost.
+    ///
+    /// A lease whose row another transaction has locked is skipped this time (`SKIP
+    /// LOCKED`), not waited for: it is still in the reply (its token is current) and is
+    /// extended by a later heartbeat, so one busy row never stalls the others. A lease that
+    /// lapsed without anybody claiming the task since is taken back (see [`fenced!`]).
+    /// Only `lease_expires_at` changes, an unindexed column, so the update is HOT.
     #[tracing::instrument(name = "db.lease.heartbeat", skip_all, fields(leases = leases.len()), err(level = "debug"))]
     pub async fn heartbeat(&self, leases: &[Lease], lease_ms: i64) -> Result<Vec<HeartbeatReply>> {
         if leases.is_empty() {
@@ -230,13 +303,32 @@ impl Store {
         let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
         let rows: Vec<(uuid::Uuid, bool)> = sqlx::query_as(
             r"
-            UPDATE tasks t SET
-                lease_expires_at = now() + $5 * interval '1 millisecond',
-                run_after = now() + $5 * interval '1 millisecond'
-            FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[]) AS h(tenant, principal, id, token)
-            WHERE t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
-              AND t.lease_token = h.token AND t.status = 'working' AND t.lease_expires_at > now()
-            RETURNING t.id, t.cancel_requested_at IS NOT NULL
+            WITH held AS MATERIALIZED (
+                SELECT t.tenant, t.principal, t.id, t.lease_token AS token,
+                       t.cancel_requested_at IS NOT NULL AS cancel
+                FROM tasks t
+                JOIN unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[])
+                    AS h(tenant, principal, id, token)
+                  ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
+                 AND t.lease_token = h.token
+                WHERE t.status = 'working' AND t.lease_owner IS NOT NULL
+            ),
+            free AS MATERIALIZED (
+                SELECT t.tenant, t.principal, t.id
+                FROM tasks t JOIN held h
+                  ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
+                 AND t.lease_token = h.token
+                WHERE t.status = 'working'
+                FOR UPDATE OF t SKIP LOCKED
+            ),
+            extended AS (
+                UPDATE tasks t SET lease_expires_at = now() + $5 * interval '1 millisecond'
+                FROM free f
+                WHERE t.tenant = f.tenant AND t.principal = f.principal AND t.id = f.id
+                RETURNING t.id
+            )
+            -- (A data-modifying CTE runs whether or not it is read.)
+            SELECT id, cancel FROM held
             ",
         )
         .bind(&tenants)
@@ -245,7 +337,8 @@ impl Store {
         .bind(&tokens)
         .bind(lease_ms)
         .fetch_all(self.pool())
-        .await.db()?;
+        .await
+        .db()?;
         Ok(rows
             .into_iter()
             .map(|(id, cancel_requested)| HeartbeatReply {
@@ -323,7 +416,9 @@ impl Store {
     }
 
     /// Records how the run ended, exactly once: false when the lease is gone, in which
-    /// case nothing was written.
+    /// case nothing was written. The finishes of a worker that arrive together are written
+    /// in one statement and one commit (see `batch.rs`); this returns once that commit is
+    /// durable.
     #[tracing::instrument(name = "db.lease.finish", skip_all, err(level = "debug"))]
     pub async fn finish(
         &self,
@@ -340,27 +435,15 @@ impl Store {
             ),
             Finish::Cancelled => ("cancelled", None, None),
         };
-        let done = sqlx::query(concat!(
-            "UPDATE tasks SET
-                 status = $5,
-                 result = $6,
-                 error = $7,
-                 status_message = coalesce($8, status_message),
-                 ",
-            finish_columns!(),
-            "
-             WHERE ",
-            fenced!()
-        ))
-        .bind_lease(lease)
-        .bind(status)
-        .bind(result)
-        .bind(error)
-        .bind(status_message)
-        .execute(self.pool())
-        .await
-        .db()?;
-        Ok(done.rows_affected() == 1)
+        self.finishes()
+            .run(FinishRequest {
+                lease: lease.clone(),
+                status,
+                result,
+                error,
+                message: status_message.map(str::to_owned),
+            })
+            .await
     }
 
     /// Parks the task until its new input requests are answered, releasing the lease.
@@ -448,4 +531,61 @@ impl Store {
         .db()?;
         Ok(released.is_some())
     }
+}
+
+/// One finish waiting for its batch.
+pub(crate) struct FinishRequest {
+    lease: Lease,
+    status: &'static str,
+    result: Option<Value>,
+    error: Option<Value>,
+    message: Option<String>,
+}
+
+/// Runs one batch of finishes as one statement; `true` for each that landed.
+pub(crate) fn finish_batch(
+    pool: sqlx::PgPool,
+    batch: Vec<FinishRequest>,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<bool>>> + Send>> {
+    Box::pin(async move {
+        macro_rules! column {
+            ($f:expr) => {
+                batch.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let done: Vec<i64> = sqlx::query_scalar(concat!(
+            "UPDATE tasks t SET
+                 status = u.status,
+                 result = u.result,
+                 error = u.error,
+                 status_message = coalesce(u.message, t.status_message),
+                 ",
+            finish_columns!(),
+            "
+             FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::text[],
+                         $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
+                  AS u(tenant, principal, id, token, status, result, error, message, n)
+             WHERE t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
+               AND t.lease_token = u.token AND t.status = 'working'
+               AND t.lease_owner IS NOT NULL
+             -- A task finished twice in one batch is updated once: the input row that
+             -- landed is the one told so.
+             RETURNING u.n"
+        ))
+        .bind(column!(|r| r.lease.owner.tenant.as_str()))
+        .bind(column!(|r| r.lease.owner.principal.as_str()))
+        .bind(column!(|r| r.lease.id.0))
+        .bind(column!(|r| r.lease.token))
+        .bind(column!(|r| r.status))
+        .bind(column!(|r| r.result.as_ref()))
+        .bind(column!(|r| r.error.as_ref()))
+        .bind(column!(|r| r.message.as_deref()))
+        .fetch_all(&pool)
+        .await
+        .db()?;
+        let done: std::collections::HashSet<i64> = done.into_iter().collect();
+        Ok((1..=batch.len())
+            .map(|n| done.contains(&i64::try_from(n).unwrap_or(0)))
+            .collect())
+    })
 }

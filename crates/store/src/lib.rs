@@ -12,7 +12,9 @@
 //! - Nothing of sqlx shows in the public API (`tests/checks/store-surface` checks it), so
 //!   only this crate depends on it.
 
+mod batch;
 mod client_ops;
+mod create;
 mod events;
 mod lease;
 mod listing;
@@ -23,14 +25,14 @@ mod sessions;
 mod stats;
 mod watch;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
-pub use client_ops::{
-    CancelOutcome, Created, Idempotency, InputValidationError, NewTask, UpdateOutcome,
-};
+pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
+pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
@@ -93,6 +95,9 @@ enum Repr {
     Migrate(#[source] sqlx::migrate::MigrateError),
     #[error("stored task is inconsistent: {0}")]
     Corrupt(String),
+    /// The failure of a batch, which each of its requests reports.
+    #[error(transparent)]
+    Shared(Arc<StoreError>),
 }
 
 impl StoreError {
@@ -100,10 +105,15 @@ impl StoreError {
         Self(Repr::Corrupt(what.into()))
     }
 
+    pub(crate) fn shared(error: Arc<StoreError>) -> Self {
+        Self(Repr::Shared(error))
+    }
+
     /// True when the database could not be reached at all (as opposed to a query that
     /// failed), so callers can answer "try again later" rather than "internal error".
     pub fn is_unavailable(&self) -> bool {
         match &self.0 {
+            Repr::Shared(e) => e.is_unavailable(),
             Repr::Database(
                 sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
@@ -144,40 +154,93 @@ pub struct PoolConfig {
     pub acquire_timeout: Duration,
     /// Server-side cap on any one statement, so nothing blocks forever.
     pub statement_timeout: Duration,
+    /// Server-side cap on waiting for a lock: a row another transaction holds fails the
+    /// statement (to be retried) instead of stalling it and the connection.
+    pub lock_timeout: Duration,
+    /// Server-side cap on a transaction left open and idle (a stuck client), which would
+    /// hold its row locks and keep vacuum from cleaning up.
+    pub idle_in_transaction_timeout: Duration,
+}
+
+/// Connections for this machine: enough to keep every core busy while others wait on
+/// the network or on commits, not so many that PostgreSQL spends its time switching
+/// between them (group commit needs few: a batch is one statement).
+pub fn default_max_connections() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    u32::try_from(cores * 4).unwrap_or(u32::MAX).clamp(8, 64)
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
         Self {
-            max_connections: 16,
+            max_connections: default_max_connections(),
             // Short, so that while the database is down requests fail fast with "retry
             // later" instead of queueing behind connections that cannot be made.
             acquire_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(5),
+            idle_in_transaction_timeout: Duration::from_secs(30),
         }
     }
 }
 
-/// A handle on the task store; cheap to clone.
-#[derive(Debug, Clone)]
+/// A handle on the task store; cheap to clone. Clones share the pool and the batchers.
+#[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    batchers: Arc<Batchers>,
+}
+
+struct Batchers {
+    creates: Arc<batch::Batcher<create::CreateRequest, create::CreateAnswer>>,
+    finishes: Arc<batch::Batcher<lease::FinishRequest, bool>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Store {
     pub async fn connect(database_url: &str, config: &PoolConfig) -> Result<Self> {
         let options: PgConnectOptions = database_url.parse().db()?;
-        let options = options.application_name("mcp-tasks").options([(
-            "statement_timeout",
-            config.statement_timeout.as_millis().to_string(),
-        )]);
+        let millis = |d: Duration| d.as_millis().to_string();
+        let options = options.application_name("mcp-tasks").options([
+            ("statement_timeout", millis(config.statement_timeout)),
+            ("lock_timeout", millis(config.lock_timeout)),
+            (
+                "idle_in_transaction_session_timeout",
+                millis(config.idle_in_transaction_timeout),
+            ),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
-            // Replaces connections that died with the server instead of handing them out.
-            .test_before_acquire(true)
+            // No ping before every statement (a round trip each): a connection that died
+            // with the server fails its statement, which is answered "retry later" and
+            // the connection dropped.
+            .test_before_acquire(false)
             .connect_lazy_with(options);
-        Ok(Self { pool })
+        let batchers = Arc::new(Batchers {
+            creates: batch::Batcher::new(
+                pool.clone(),
+                create::MAX_CREATE_BATCH,
+                create::insert_batch,
+            ),
+            finishes: batch::Batcher::new(pool.clone(), 256, lease::finish_batch),
+        });
+        Ok(Self { pool, batchers })
+    }
+
+    pub(crate) fn creates(&self) -> &batch::Batcher<create::CreateRequest, create::CreateAnswer> {
+        &self.batchers.creates
+    }
+
+    pub(crate) fn finishes(&self) -> &batch::Batcher<lease::FinishRequest, bool> {
+        &self.batchers.finishes
     }
 
     pub(crate) fn pool(&self) -> &PgPool {

@@ -2,7 +2,7 @@
 
 use time::OffsetDateTime;
 
-use crate::record::TaskRow;
+use crate::record::{TaskRow, task_columns};
 use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord};
 
 /// Where a page of [`Store::list_tasks`] starts: just after this task.
@@ -22,13 +22,15 @@ impl Store {
         after: Option<ListCursor>,
         limit: i64,
     ) -> Result<Vec<TaskRecord>> {
-        let rows: Vec<TaskRow> = sqlx::query_as(
-            "SELECT * FROM tasks
+        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks
              WHERE tenant = $1 AND principal = $2
                AND ($3::timestamptz IS NULL OR (created_at, id) > ($3, $4))
              ORDER BY created_at, id
-             LIMIT $5",
-        )
+             LIMIT $5"
+        ))
         .bind(&owner.tenant)
         .bind(&owner.principal)
         .bind(after.map(|c| c.created_at))

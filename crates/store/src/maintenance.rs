@@ -106,13 +106,37 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// One maintenance pass: expire, delete, forget tombstones and ended sessions.
+    /// One maintenance pass: expire, delete, forget tombstones and ended sessions. Each
+    /// step repeats its batch while batches come back full (up to `MAX_ROUNDS`), so
+    /// maintenance keeps up with any rate of expiry instead of one batch per interval.
     pub async fn maintain(&self, batch: i64, tombstone_keep_ms: i64) -> Result<MaintenanceReport> {
         Ok(MaintenanceReport {
-            expired: self.expire_overdue(batch).await?,
-            deleted: self.purge_expired(batch).await?,
-            tombstones_deleted: self.purge_tombstones(tombstone_keep_ms, batch).await?,
-            session_revocations_deleted: self.purge_session_revocations(batch).await?,
+            expired: repeat(batch, || self.expire_overdue(batch)).await?,
+            deleted: repeat(batch, || self.purge_expired(batch)).await?,
+            tombstones_deleted: repeat(batch, || self.purge_tombstones(tombstone_keep_ms, batch))
+                .await?,
+            session_revocations_deleted: repeat(batch, || self.purge_session_revocations(batch))
+                .await?,
         })
     }
+}
+
+/// Most batches of one maintenance step per pass, so one pass still ends.
+pub(crate) const MAX_ROUNDS: u32 = 50;
+
+/// Runs `step` until a batch is not full; the total of rows done.
+pub(crate) async fn repeat<F, Fut>(batch: i64, step: F) -> Result<u64>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<u64>>,
+{
+    let mut total = 0;
+    for _ in 0..MAX_ROUNDS {
+        let done = step().await?;
+        total += done;
+        if i64::try_from(done).unwrap_or(i64::MAX) < batch {
+            break;
+        }
+    }
+    Ok(total)
 }

@@ -34,6 +34,18 @@ impl std::fmt::Display for TaskId {
     }
 }
 
+/// Every column of a [`TaskRow`], for statements that read whole tasks.
+macro_rules! task_columns {
+    () => {
+        "tenant, principal, id, tool, arguments, trace_context, status, status_message,
+         created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms, result,
+         error, input_requests, input_responses, issued_keys, checkpoint, lease_owner,
+         lease_token, lease_expires_at, attempt, max_attempts, cancel_requested_at, version,
+         request_digest, end_reason"
+    };
+}
+pub(crate) use task_columns;
+
 /// Every column of a task row.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct TaskRow {
@@ -172,6 +184,72 @@ impl TryFrom<TaskRow> for TaskRecord {
             cancel_requested_at: row.cancel_requested_at,
             version: row.version,
             end_reason,
+        })
+    }
+}
+
+/// The columns `tasks/get` shows, and no others (no arguments, answers or checkpoint to
+/// carry and parse for nothing).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ViewRow {
+    id: Uuid,
+    status: String,
+    status_message: Option<String>,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+    ttl_ms: Option<i64>,
+    poll_interval_ms: Option<i64>,
+    result: Option<Value>,
+    error: Option<Value>,
+    input_requests: Option<Value>,
+    attempt: i32,
+    end_reason: Option<String>,
+}
+
+/// The columns of a [`ViewRow`].
+macro_rules! view_columns {
+    () => {
+        "id, status, status_message, created_at, updated_at, ttl_ms, poll_interval_ms, result,
+         error, input_requests, attempt, end_reason"
+    };
+}
+pub(crate) use view_columns;
+
+impl TryFrom<ViewRow> for TaskView {
+    type Error = StoreError;
+
+    fn try_from(row: ViewRow) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
+        let status: TaskStatus = row.status.parse().map_err(|e: String| corrupt(&e))?;
+        let end_reason = row
+            .end_reason
+            .as_deref()
+            .map(|code| end_reason(code).ok_or_else(|| corrupt("unknown end_reason")))
+            .transpose()?;
+        let error = match row.error {
+            Some(error) => Some(
+                serde_json::from_value(error)
+                    .map_err(|_| corrupt("error is not a JSON-RPC error object"))?,
+            ),
+            None => end_reason.and_then(|r| r.error(row.attempt)),
+        };
+        let status_message = row
+            .status_message
+            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        if row.input_requests.as_ref().is_some_and(|r| !r.is_object()) {
+            return Err(corrupt("input_requests is not an object"));
+        }
+        Ok(TaskView {
+            task_id: TaskId(row.id).to_string(),
+            status,
+            status_message,
+            created_at: row.created_at,
+            last_updated_at: row.updated_at,
+            ttl_ms: row.ttl_ms,
+            poll_interval_ms: row.poll_interval_ms,
+            input_requests: row.input_requests,
+            result: row.result,
+            error,
         })
     }
 }

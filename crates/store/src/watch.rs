@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use crate::record::TaskRow;
+use crate::record::{TaskRow, task_columns};
 use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord};
 
 /// Splits `(owner, id)` pairs into the three arrays `unnest` takes.
@@ -49,13 +49,13 @@ impl Store {
             return Ok(Vec::new());
         }
         let (tenants, principals, ids) = columns(tasks);
-        let rows: Vec<TaskRow> = sqlx::query_as(
-            r"
-            SELECT t.* FROM tasks t
-            JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
-              ON t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
-            ",
-        )
+        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks t
+            JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS k(k_tenant, k_principal, k_id)
+              ON t.tenant = k.k_tenant AND t.principal = k.k_principal AND t.id = k.k_id"
+        ))
         .bind(&tenants)
         .bind(&principals)
         .bind(&ids)

@@ -11,10 +11,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Shared, StopReason, executor};
 
+/// While the queue has a backlog, how long a claim waits for more slots to come free, so
+/// that one claim takes several tasks instead of one statement per finished task.
+const CLAIM_LINGER: Duration = Duration::from_millis(1);
+
 /// Claims work whenever a slot is free, until `shutdown`.
 pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let config = &shared.config;
     let mut backoff = Duration::from_millis(100);
+    // The last claim got all it asked for: more is probably waiting.
+    let mut backlog = false;
+    let mut last_full = Instant::now()
+        .checked_sub(config.poll_interval)
+        .unwrap_or_else(Instant::now);
     loop {
         // Wait for one free slot, then take every other free slot too.
         let first = tokio::select! {
@@ -24,17 +33,35 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
             },
             () = shutdown.cancelled() => return,
         };
+        if backlog && shared.slots.available_permits() + 1 < config.concurrency / 2 {
+            tokio::select! {
+                () = tokio::time::sleep(CLAIM_LINGER) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
         let mut permits = vec![first];
         while let Ok(p) = shared.slots.clone().try_acquire_owned() {
             permits.push(p);
         }
         let wanted = permits.len();
 
-        let claimed = match shared
-            .store
-            .claim(&config.worker_id, wanted as i64, config.lease_ms())
-            .await
-        {
+        // Lapsed leases are looked for once per poll interval; the claims in between
+        // take from the queue only.
+        let full = last_full.elapsed() >= config.poll_interval;
+        if full {
+            last_full = Instant::now();
+        }
+        let claimed = match if full {
+            shared
+                .store
+                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &[])
+                .await
+        } else {
+            shared
+                .store
+                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), &[])
+                .await
+        } {
             Ok(claimed) => {
                 backoff = Duration::from_millis(100);
                 claimed
@@ -51,6 +78,7 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
             }
         };
         let got = claimed.len();
+        backlog = got == wanted;
         for task in claimed {
             let Some(permit) = permits.pop() else { break };
             executor::spawn(&shared, task, permit);
@@ -71,25 +99,37 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
 
 /// Extends held leases every third of a lease; tells handlers whose lease was lost or
 /// whose task was cancelled.
+///
+/// When the database cannot be reached, handlers go on and the heartbeat retries every
+/// [`HEARTBEAT_RETRY`]: once the database is back, leases nobody claimed meanwhile are
+/// taken back (a lapsed lease keeps its token until someone claims the task), so an
+/// outage shorter than a lease costs no attempt; leases claimed by others are not in
+/// the reply, and their runs are stopped then.
 pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
     let config = &shared.config;
     let every = config.lease / 3;
-    // Until this instant, every lease held at the last successful heartbeat is valid.
-    let mut valid_until = Instant::now() + config.lease;
+    let mut failing = false;
     loop {
+        let pause = if failing {
+            HEARTBEAT_RETRY.min(every)
+        } else {
+            every
+        };
         tokio::select! {
-            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep(pause) => {}
             () = stop.cancelled() => return,
         }
         let leases = shared.held_leases();
         if leases.is_empty() {
-            valid_until = Instant::now() + config.lease;
+            failing = false;
             continue;
         }
-        let started = Instant::now();
         match shared.store.heartbeat(&leases, config.lease_ms()).await {
             Ok(replies) => {
-                valid_until = started + config.lease;
+                if failing {
+                    tracing::info!(held = replies.len(), "heartbeat works again");
+                }
+                failing = false;
                 let alive: HashSet<TaskId> = replies.iter().map(|r| r.id).collect();
                 let tokens: HashMap<TaskId, i64> = leases.iter().map(|l| (l.id, l.token)).collect();
                 for lease in &leases {
@@ -107,18 +147,15 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, held = leases.len(), "heartbeat failed");
-                if Instant::now() >= valid_until {
-                    // Our leases have lapsed: others may run these tasks now, and our
-                    // writes would be refused anyway. Stop wasting work on them.
-                    for lease in &leases {
-                        shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost);
-                    }
-                }
+                tracing::warn!(error = %e, held = leases.len(), "heartbeat failed; retrying");
+                failing = true;
             }
         }
     }
 }
+
+/// How soon a failed heartbeat is tried again.
+const HEARTBEAT_RETRY: Duration = Duration::from_millis(200);
 
 /// Follows the store's events for runnable work and cancellations. They are only hints:
 /// the claim loop polls and heartbeats carry cancellation flags, so a lost one costs
@@ -156,7 +193,26 @@ pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken
             () = tokio::time::sleep(config.maintenance_interval) => {}
             () = shutdown.cancelled() => return,
         }
-        match shared.store.rescue_lapsed(config.maintenance_batch).await {
+        // Rescue repeats while batches come back full, as the other steps do.
+        let mut rescued = Ok(mcp_tasks_store::RescueReport::default());
+        for _ in 0..50 {
+            let r = match shared.store.rescue_lapsed(config.maintenance_batch).await {
+                Ok(r) => r,
+                Err(e) => {
+                    rescued = Err(e);
+                    break;
+                }
+            };
+            if let Ok(total) = rescued.as_mut() {
+                total.failed += r.failed;
+                total.cancelled += r.cancelled;
+            }
+            if i64::try_from(r.failed + r.cancelled).unwrap_or(i64::MAX) < config.maintenance_batch
+            {
+                break;
+            }
+        }
+        match rescued {
             Ok(r) if r.failed + r.cancelled > 0 => {
                 observe::crash_recovered(r.failed);
                 tracing::warn!(

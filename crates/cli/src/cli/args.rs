@@ -30,9 +30,10 @@ pub(super) struct OptionalDatabase {
 
 #[derive(Debug, Args)]
 pub(super) struct PoolArgs {
-    /// Largest number of database connections this process opens.
-    #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS", default_value_t = 16)]
-    db_max_connections: u32,
+    /// Largest number of database connections this process opens [default: 4 per core,
+    /// between 8 and 64; for a worker, at least its concurrency + 4].
+    #[arg(long, env = "MCP_TASKS_DB_MAX_CONNECTIONS")]
+    db_max_connections: Option<u32>,
     /// How long a request waits for a database connection before failing (ms).
     #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2000)]
     db_acquire_timeout_ms: u64,
@@ -41,7 +42,9 @@ pub(super) struct PoolArgs {
 impl PoolArgs {
     fn config(&self) -> PoolConfig {
         PoolConfig {
-            max_connections: self.db_max_connections,
+            max_connections: self
+                .db_max_connections
+                .unwrap_or_else(mcp_tasks_store::default_max_connections),
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
             ..PoolConfig::default()
         }
@@ -64,6 +67,18 @@ impl Tools {
 impl Database {
     pub(super) async fn connect(&self) -> anyhow::Result<Store> {
         connect(self.url.expose(), &self.pool).await
+    }
+
+    /// Like [`Self::connect`], with a default pool of at least `connections` (a worker's
+    /// handlers each write through it; an explicit size is taken as it is).
+    pub(super) async fn connect_at_least(&self, connections: u32) -> anyhow::Result<Store> {
+        let mut config = self.pool.config();
+        if self.pool.db_max_connections.is_none() {
+            config.max_connections = config.max_connections.max(connections);
+        }
+        Store::connect(self.url.expose(), &config)
+            .await
+            .context("DATABASE_URL is not a valid PostgreSQL URL")
     }
 }
 

@@ -4,8 +4,44 @@ use anyhow::Context;
 use clap::Subcommand;
 use mcp_tasks_wire::secret::Secret;
 
+/// What every hot-path scenario takes.
+#[derive(Debug, clap::Args)]
+pub(super) struct Scenario {
+    /// PostgreSQL server URL (a scratch database is created on it for the service and the
+    /// raw baselines). With --url, the database of that service.
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Secret,
+    /// Measure the service at this URL (http://host:port/mcp) instead of starting one on
+    /// loopback.
+    #[arg(long)]
+    url: Option<String>,
+    /// Seconds per measurement (default 5, or 0.5 with --short).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// CI mode: small sizes and short runs; figures and targets are printed, nothing is
+    /// asserted.
+    #[arg(long)]
+    short: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub(super) enum Bench {
+    /// tools/call -> task at concurrency 1, 16, 64, beside the raw one-row INSERT.
+    Create(Scenario),
+    /// tasks/get at concurrency 1, 16, 64, beside the raw primary-key select.
+    Get(Scenario),
+    /// Tasks created over HTTP and run to completion by a worker, beside the raw
+    /// create -> claim -> complete transactions, unbatched.
+    Lifecycle(Scenario),
+    /// Commit of a new task to its handler starting, one task at a time.
+    Pickup(Scenario),
+    /// create, get and lifecycle with a million finished and 100,000 queued tasks in the
+    /// table, against the empty store; and each maintenance statement at that size.
+    Scale(Scenario),
+    /// Commits and WAL bytes per task, dead tuples and table size after a run.
+    Efficiency(Scenario),
+    /// Every scenario above, in turn.
+    All(Scenario),
     /// Push latency (commit to frame at the client) with many concurrent listen streams,
     /// and the memory of idle streams. Creates and drops a scratch database.
     Push {
@@ -43,8 +79,27 @@ pub(super) enum Bench {
     },
 }
 
+fn scenario_config(s: Scenario) -> anyhow::Result<mcp_tasks_bench::scenarios::Config> {
+    Ok(mcp_tasks_bench::scenarios::Config {
+        database_url: s.database_url.expose().to_owned(),
+        binary: std::env::current_exe().context("locating this executable")?,
+        url: s.url,
+        seconds: s.seconds.unwrap_or(if s.short { 0.5 } else { 5.0 }),
+        short: s.short,
+    })
+}
+
 pub(super) async fn run(bench: Bench) -> anyhow::Result<()> {
+    use mcp_tasks_bench::scenarios::{self, Scenario as S};
+    let out = &mut std::io::stdout();
     match bench {
+        Bench::Create(s) => scenarios::run(S::Create, &scenario_config(s)?, out).await,
+        Bench::Get(s) => scenarios::run(S::Get, &scenario_config(s)?, out).await,
+        Bench::Lifecycle(s) => scenarios::run(S::Lifecycle, &scenario_config(s)?, out).await,
+        Bench::Pickup(s) => scenarios::run(S::Pickup, &scenario_config(s)?, out).await,
+        Bench::Scale(s) => scenarios::run(S::Scale, &scenario_config(s)?, out).await,
+        Bench::Efficiency(s) => scenarios::run(S::Efficiency, &scenario_config(s)?, out).await,
+        Bench::All(s) => scenarios::run_all(&scenario_config(s)?, out).await,
         Bench::Push {
             database_url,
             streams,

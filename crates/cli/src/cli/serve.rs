@@ -99,7 +99,7 @@ pub(super) struct ServerArgs {
     /// Largest inputResponses of one request, serialized, in bytes.
     #[arg(long, env = "MCP_TASKS_MAX_INPUT_RESPONSE_BYTES", default_value_t = 256 * 1024)]
     max_input_response_bytes: usize,
-    /// Most unfinished tasks one principal may have.
+    /// Most unfinished tasks one principal may have (0 turns the limit off).
     #[arg(long, env = "MCP_TASKS_MAX_TASKS_IN_FLIGHT", default_value_t = 1000)]
     max_tasks_in_flight: i64,
     /// Requests per second per principal per replica (0 turns the limit off).

@@ -23,7 +23,11 @@ pub(super) struct WorkerCommand {
 }
 
 pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let store = command.database.connect().await?;
+    // One connection per running handler at most (status writes, checkpoints), and a few
+    // for the claim, heartbeat and maintenance loops.
+    let connections =
+        u32::try_from(command.worker.concurrency.saturating_add(4)).unwrap_or(u32::MAX);
+    let store = command.database.connect_at_least(connections).await?;
     let metrics = match command.worker.metrics_listen {
         Some(_) => install_metrics(&store)?,
         None => return worker(store, &command, shutdown).await,

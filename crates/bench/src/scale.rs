@@ -1,0 +1,197 @@
+//! `scale`: `create`, `get` and `lifecycle` on an empty store and again with a million
+//! finished tasks and a hundred thousand queued ones in the table (loaded in bulk), and
+//! the time of each maintenance statement at that size.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::lifecycle;
+use crate::scenarios::{Env, create_at, get_at, target};
+use crate::stats::ms;
+
+struct Sizes {
+    finished: i64,
+    queued: i64,
+    tombstones: i64,
+    /// Rows each maintenance statement finds to do.
+    due: i64,
+}
+
+/// Figures of one pass, to compare before and after loading.
+struct Pass {
+    create: f64,
+    create_p99: f64,
+    get: f64,
+    lifecycle: f64,
+}
+
+async fn pass(env: &Env, out: &mut dyn Write, label: &str) -> anyhow::Result<Pass> {
+    let (create, create_raw) = create_at(env, 16).await?;
+    let (get, get_raw) = get_at(env, 16).await?;
+    env.service.start_worker(64, &env.db.sql).await?;
+    let cycle = lifecycle::measure(env, 16, None).await?;
+    env.service.stop_worker().await;
+    writeln!(
+        out,
+        "scale {label:<6} create c16 {:>8.0}/s (raw INSERT {:>8.0}/s)  get c16 {:>8.0}/s (raw {:>8.0}/s)  lifecycle c16 {:>7.0}/s",
+        create.rate(),
+        create_raw.rate(),
+        get.rate(),
+        get_raw.rate(),
+        cycle.rate
+    )?;
+    Ok(Pass {
+        create: create.rate(),
+        create_p99: crate::scenarios::p99_ms(&create),
+        get: get.rate(),
+        lifecycle: cycle.rate,
+    })
+}
+
+pub(crate) async fn scale(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        env.config.url.is_none(),
+        "scale bulk-loads its database; it runs against a service it starts itself"
+    );
+    let sizes = if env.config.short {
+        Sizes {
+            finished: 20_000,
+            queued: 2_000,
+            tombstones: 2_000,
+            due: 100,
+        }
+    } else {
+        Sizes {
+            finished: 1_000_000,
+            queued: 100_000,
+            tombstones: 100_000,
+            due: 100,
+        }
+    };
+    let empty = pass(env, out, "empty").await?;
+    let started = Instant::now();
+    load(env, &sizes).await?;
+    writeln!(
+        out,
+        "scale: loaded {} finished, {} queued tasks and {} tombstones in {:.1} s",
+        sizes.finished,
+        sizes.queued,
+        sizes.tombstones,
+        started.elapsed().as_secs_f64()
+    )?;
+    let full = pass(env, out, "loaded").await?;
+    let ratios = [
+        ("create", full.create / empty.create),
+        ("get", full.get / empty.get),
+        ("lifecycle", full.lifecycle / empty.lifecycle),
+    ];
+    for (name, r) in ratios {
+        target(
+            out,
+            &format!("scale {name} within 10 % of the empty store"),
+            r >= 0.9,
+            &format!("{r:.3}x"),
+        )?;
+    }
+    writeln!(
+        out,
+        "scale create p99: empty {:.2} ms, loaded {:.2} ms",
+        empty.create_p99, full.create_p99
+    )?;
+    maintenance(env, out).await
+}
+
+/// The bulk load, in the benchmark's own SQL (it bypasses the service on purpose).
+async fn load(env: &Env, sizes: &Sizes) -> anyhow::Result<()> {
+    let sql = &env.db.sql;
+    let statements = [
+        // Finished, readable for another hour; `due` of them past it (for deletion).
+        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status, status_message,
+               created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms,
+               expires_at, result, max_attempts, attempt, lease_token, version)
+           SELECT 'bulk', 'p' || (g % 1000), gen_random_uuid(), 'slow_compute', '{"seconds":0}',
+               'completed', 'Completed', now() - interval '5 minutes', now() - interval '5 minutes',
+               now() - interval '5 minutes', 3900000, 500, 3600000,
+               CASE WHEN g <= $2 THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END,
+               '{"content":[{"type":"text","text":"Computed job in 0 s."}],"isError":false}',
+               3, 1, 1, 3
+           FROM generate_series(1, $1) g"#,
+        // Queued, due tomorrow (so no worker of this run takes them); `due` of them past
+        // their TTL (for expiry).
+        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status_message, ttl_ms,
+               poll_interval_ms, retention_ms, expires_at, max_attempts, run_after)
+           SELECT 'bulk', 'p' || (g % 1000), gen_random_uuid(), 'slow_compute', '{"seconds":0}',
+               'Queued; waiting for a worker',
+               CASE WHEN g <= $2 THEN 1000 ELSE NULL END, 500, 3600000,
+               CASE WHEN g <= $2 THEN now() - interval '1 minute' ELSE NULL END,
+               3, now() + interval '1 day'
+           FROM generate_series(1, $1) g"#,
+        // Leases lapsed with every attempt used (for rescue).
+        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, retention_ms, max_attempts,
+               attempt, lease_owner, lease_token, lease_expires_at, run_after)
+           SELECT 'bulk', 'lapsed', gen_random_uuid(), 'slow_compute', '{"seconds":0}', 3600000,
+               3, 3, 'gone', 3, now() - interval '1 minute', now() - interval '1 minute'
+           FROM generate_series(1, $2) g WHERE $1 > 0"#,
+        // Tombstones, `due` of them older than their retention (for the purge).
+        r#"INSERT INTO task_tombstones (tenant, principal, id, deleted_at)
+           SELECT 'bulk', 'p' || (g % 1000), gen_random_uuid(),
+               CASE WHEN g <= $2 THEN now() - interval '8 days' ELSE now() END
+           FROM generate_series(1, $1) g"#,
+    ];
+    let counts = [sizes.finished, sizes.queued, 1, sizes.tombstones];
+    for (statement, n) in statements.into_iter().zip(counts) {
+        sqlx::query(statement)
+            .bind(n)
+            .bind(sizes.due)
+            .execute(sql)
+            .await?;
+    }
+    for statement in ["VACUUM ANALYZE tasks", "VACUUM ANALYZE task_tombstones"] {
+        sqlx::query(statement).execute(sql).await?;
+    }
+    Ok(())
+}
+
+/// Each maintenance statement five times at this size: the first finds the rows left due
+/// for it, the others find nothing.
+async fn maintenance(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
+    let store = &env.db.store;
+    let batch = 1000;
+    let keep_ms = 7 * 24 * 3600 * 1000;
+    let mut worst_idle = Duration::ZERO;
+    for name in ["rescue", "expiry", "deletion", "tombstone purge"] {
+        let mut times = Vec::new();
+        let mut done = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let n = match name {
+                "rescue" => {
+                    let r = store.rescue_lapsed(batch).await?;
+                    r.failed + r.cancelled
+                }
+                "expiry" => store.expire_overdue(batch).await?,
+                "deletion" => store.purge_expired(batch).await?,
+                _ => store.purge_tombstones(keep_ms, batch).await?,
+            };
+            times.push(started.elapsed());
+            done.push(n);
+        }
+        let mut idle = times[1..].to_vec();
+        idle.sort();
+        worst_idle = worst_idle.max(idle[idle.len() / 2]);
+        writeln!(
+            out,
+            "scale maintenance {name:<16} first {:>6.2} ms ({} rows), then {:>6.2} ms median ({} rows)",
+            ms(times[0]),
+            done[0],
+            ms(idle[idle.len() / 2]),
+            done[1..].iter().sum::<u64>()
+        )?;
+    }
+    target(
+        out,
+        "every maintenance statement < 5 ms at this size (median with nothing due)",
+        worst_idle < Duration::from_millis(5),
+        &format!("slowest {:.2} ms", ms(worst_idle)),
+    )
+}

@@ -1,0 +1,260 @@
+//! The service under test: a replica (and, for the scenarios that run tasks, a worker) as
+//! real `mcp-tasks` processes on loopback, with the conformance tools and the rate and
+//! in-flight limits lifted, as a new user would try it; or a service already running at a
+//! given URL.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+/// A child process of the benchmark, killed when dropped.
+pub(crate) struct Child {
+    child: tokio::process::Child,
+    pub(crate) pid: u32,
+    _logs: JoinSet<()>,
+}
+
+impl Child {
+    /// Starts `mcp-tasks <args>`; returns once `ready` appears in its log (if given).
+    async fn start(
+        binary: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        ready: Option<&'static str>,
+    ) -> anyhow::Result<(Self, Option<String>)> {
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .args(args)
+            .env("MCP_TASKS_LOG", "warn,mcp_tasks::cli=info")
+            .env("MCP_TASKS_LOG_FORMAT", "text")
+            .env("NO_COLOR", "1");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child.id().context("child pid")?;
+        let stderr = child.stderr.take().context("child stderr")?;
+        let (tx, rx) = oneshot::channel();
+        let name = args.first().copied().unwrap_or("child").to_owned();
+        let mut logs = JoinSet::new();
+        logs.spawn(async move {
+            let mut tx = Some(tx);
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(marker) = ready
+                    && let Some(rest) = line.split(marker).nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(rest.to_owned());
+                } else if line.contains("WARN") || line.contains("ERROR") {
+                    eprintln!("{name}: {line}");
+                }
+            }
+        });
+        let found = match ready {
+            Some(_) => Some(
+                tokio::time::timeout(Duration::from_secs(60), rx)
+                    .await
+                    .context("the process did not become ready")??,
+            ),
+            None => None,
+        };
+        Ok((
+            Self {
+                child,
+                pid,
+                _logs: logs,
+            },
+            found,
+        ))
+    }
+
+    pub(crate) async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    /// CPU time (user + system) this process has used, from `/proc`.
+    pub(crate) fn cpu(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // USER_HZ is 100 on every Linux this runs on.
+        Some(Duration::from_millis(ticks * 10))
+    }
+}
+
+/// The service: where to send requests, and the processes behind it when we started them.
+pub(crate) struct Service {
+    pub(crate) url: String,
+    replica: std::sync::Mutex<Option<Child>>,
+    worker: std::sync::Mutex<Option<Child>>,
+    binary: PathBuf,
+    database_url: String,
+}
+
+impl Service {
+    /// Starts a replica on `database_url`, or uses the one at `url`.
+    pub(crate) async fn start(
+        binary: &Path,
+        database_url: &str,
+        url: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let mut service = Self {
+            url: url.unwrap_or_default().to_owned(),
+            replica: std::sync::Mutex::new(None),
+            worker: std::sync::Mutex::new(None),
+            binary: binary.to_owned(),
+            database_url: database_url.to_owned(),
+        };
+        if url.is_none() {
+            let (replica, addr) = Child::start(
+                binary,
+                &["serve", "--listen", "127.0.0.1:0", "--tools", "conformance"],
+                &[
+                    ("DATABASE_URL", database_url),
+                    ("MCP_TASKS_RATE_LIMIT", "0"),
+                    ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", "0"),
+                ],
+                Some("listening on http://"),
+            )
+            .await?;
+            let addr = addr.unwrap_or_default();
+            let addr = addr.split("/mcp").next().unwrap_or_default();
+            service.url = format!("http://{addr}/mcp");
+            service.replica = std::sync::Mutex::new(Some(replica));
+        }
+        Ok(service)
+    }
+
+    /// Another replica on the same database, with a per-principal in-flight limit, so
+    /// that every create runs the limit's check; `None` when the service was given by URL.
+    pub(crate) async fn start_limited_replica(
+        &self,
+        limit: u64,
+    ) -> anyhow::Result<Option<(Child, String)>> {
+        if !self.started_here() {
+            return Ok(None);
+        }
+        let limit = limit.to_string();
+        let (replica, addr) = Child::start(
+            &self.binary,
+            &["serve", "--listen", "127.0.0.1:0", "--tools", "conformance"],
+            &[
+                ("DATABASE_URL", &self.database_url),
+                ("MCP_TASKS_RATE_LIMIT", "0"),
+                ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", &limit),
+            ],
+            Some("listening on http://"),
+        )
+        .await?;
+        let addr = addr.unwrap_or_default();
+        let addr = addr.split("/mcp").next().unwrap_or_default();
+        Ok(Some((replica, format!("http://{addr}/mcp"))))
+    }
+
+    /// Starts a worker running `concurrency` tasks at once (nothing when the service was
+    /// given by URL: its workers are its own), and waits for its LISTEN connection.
+    pub(crate) async fn start_worker(
+        &self,
+        concurrency: usize,
+        sql: &PgPool,
+    ) -> anyhow::Result<()> {
+        if !self.started_here() || self.lock_worker().is_some() {
+            return Ok(());
+        }
+        let listeners = || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name = $1",
+            )
+            .bind(mcp_tasks_store::LISTENER_APPLICATION_NAME)
+            .fetch_one(sql)
+            .await
+        };
+        let before = listeners().await?;
+        let concurrency = concurrency.to_string();
+        let (worker, _) = Child::start(
+            &self.binary,
+            &["worker", "--tools", "conformance"],
+            &[
+                ("DATABASE_URL", &self.database_url),
+                ("MCP_TASKS_CONCURRENCY", &concurrency),
+            ],
+            None,
+        )
+        .await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if listeners().await? > before {
+                break;
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the worker did not connect"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        *self.lock_worker() = Some(worker);
+        Ok(())
+    }
+
+    /// Whether this benchmark started the service (rather than being given its URL).
+    pub(crate) fn started_here(&self) -> bool {
+        self.replica
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// The replica's CPU time so far.
+    pub(crate) fn replica_cpu(&self) -> Option<Duration> {
+        self.replica
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(Child::cpu)
+    }
+
+    /// Stops the replica (and so closes its connections, whose backends then report
+    /// their counters).
+    pub(crate) async fn stop_replica(&self) {
+        let replica = self
+            .replica
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(replica) = replica {
+            replica.stop().await;
+        }
+    }
+
+    fn lock_worker(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.worker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) async fn stop_worker(&self) {
+        let worker = self.lock_worker().take();
+        if let Some(worker) = worker {
+            worker.stop().await;
+        }
+    }
+
+    pub(crate) async fn stop(self) {
+        self.stop_worker().await;
+        self.stop_replica().await;
+    }
+}

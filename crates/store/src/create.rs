@@ -1,0 +1,261 @@
+//! Creating tasks, in batches: the creates that arrive together on a replica become one
+//! multi-row INSERT and one commit (see `batch.rs`), each answered once it is durable.
+//!
+//! The in-flight limit is checked in the same statement. Creates are not serialised per
+//! owner: a batch counts the owner's live tasks once and admits, in arrival order, as
+//! many of the batch's creates as fit. A replica runs one create batch at a time, so on
+//! one replica the limit is exact; batches of *other* replicas committing at the same
+//! moment are not counted, so an owner can exceed the limit by at most
+//! `(replicas - 1) * MAX_CREATE_BATCH` tasks, and only while creating that fast on
+//! several replicas at once.
+
+use mcp_tasks_wire::TaskStatus;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::record::{TaskRow, task_columns};
+use crate::{DbResult, Owner, Result, Store, StoreError, TaskId, TaskRecord};
+
+/// Most creates in one batch: the in-flight limit's margin per other replica.
+pub const MAX_CREATE_BATCH: usize = 128;
+
+/// A task about to be created.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub tool: String,
+    pub arguments: Value,
+    pub status_message: Option<String>,
+    /// From creation; `None` is unlimited.
+    pub ttl_ms: Option<i64>,
+    pub poll_interval_ms: Option<i64>,
+    /// Minimum time a finished task stays readable.
+    pub retention_ms: i64,
+    pub max_attempts: i32,
+    /// Answers gathered before the task existed (MRTR), visible to the handler.
+    pub input_responses: Map<String, Value>,
+    pub trace_context: Option<Value>,
+    /// Makes creation idempotent: a second create with the same key finds this task.
+    pub idempotency: Option<Idempotency>,
+}
+
+/// An idempotency key and a digest of the request it was first used with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    pub request_digest: String,
+}
+
+/// What a create did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    New(TaskRecord),
+    /// An earlier create with the same idempotency key and request made this task.
+    Existing(TaskRecord),
+    /// The idempotency key was used before with a different request.
+    KeyConflict,
+    /// The owner has too many unfinished tasks.
+    LimitReached,
+}
+
+/// One create waiting for its batch.
+pub(crate) struct CreateRequest {
+    owner: Owner,
+    id: TaskId,
+    task: NewTask,
+    max_in_flight: Option<i64>,
+}
+
+/// What the batch did with one create: inserted (at this time) or not, and the task
+/// handed back.
+pub(crate) type CreateAnswer = (Option<OffsetDateTime>, NewTask);
+
+const INSERT_BATCH: &str = r"
+    WITH input AS (
+        SELECT * FROM unnest(
+            $1::text[], $2::text[], $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[],
+            $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::jsonb[], $12::int4[],
+            $13::int8[], $14::text[], $15::text[]
+        ) WITH ORDINALITY AS i(
+            tenant, principal, id, tool, arguments, trace_context,
+            status_message, ttl_ms, poll_interval_ms, retention_ms, input_responses, max_attempts,
+            max_in_flight, idempotency_key, request_digest, n
+        )
+    ),
+    -- Each limited owner's live tasks, counted once per batch and never past the limit.
+    live AS (
+        SELECT o.tenant, o.principal, (
+            SELECT count(*) FROM (
+                SELECT 1 FROM tasks t
+                WHERE t.tenant = o.tenant AND t.principal = o.principal AND t.finished_at IS NULL
+                LIMIT o.lim
+            ) AS x
+        ) AS live
+        FROM (
+            SELECT tenant, principal, max(max_in_flight) AS lim FROM input
+            WHERE max_in_flight IS NOT NULL GROUP BY tenant, principal
+        ) AS o
+    ),
+    ranked AS (
+        SELECT i.n, row_number() OVER (PARTITION BY i.tenant, i.principal ORDER BY i.n) AS k,
+               l.live
+        FROM input i JOIN live l ON l.tenant = i.tenant AND l.principal = i.principal
+        WHERE i.max_in_flight IS NOT NULL
+    )
+    INSERT INTO tasks (
+        tenant, principal, id, tool, arguments, trace_context,
+        status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
+        input_responses, max_attempts, run_after, idempotency_key, request_digest
+    )
+    SELECT i.tenant, i.principal, i.id, i.tool, i.arguments, i.trace_context,
+           i.status_message, i.ttl_ms, i.poll_interval_ms, i.retention_ms,
+           now() + i.ttl_ms * interval '1 millisecond',
+           i.input_responses, i.max_attempts, now(), i.idempotency_key, i.request_digest
+    FROM input i LEFT JOIN ranked r ON r.n = i.n
+    WHERE i.max_in_flight IS NULL OR r.live + r.k <= i.max_in_flight
+    ORDER BY i.n
+    ON CONFLICT (tenant, principal, idempotency_key) WHERE idempotency_key IS NOT NULL
+        DO NOTHING
+    RETURNING id, created_at";
+
+/// Runs one batch of creates as one statement (so one commit).
+pub(crate) fn insert_batch(
+    pool: sqlx::PgPool,
+    batch: Vec<CreateRequest>,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<CreateAnswer>>> + Send>> {
+    Box::pin(async move {
+        macro_rules! column {
+            ($f:expr) => {
+                batch.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let rows: Vec<(Uuid, OffsetDateTime)> = sqlx::query_as(INSERT_BATCH)
+            .bind(column!(|r| r.owner.tenant.as_str()))
+            .bind(column!(|r| r.owner.principal.as_str()))
+            .bind(column!(|r| r.id.0))
+            .bind(column!(|r| r.task.tool.as_str()))
+            .bind(column!(|r| &r.task.arguments))
+            .bind(column!(|r| r.task.trace_context.as_ref()))
+            .bind(column!(|r| r.task.status_message.as_deref()))
+            .bind(column!(|r| r.task.ttl_ms))
+            .bind(column!(|r| r.task.poll_interval_ms))
+            .bind(column!(|r| r.task.retention_ms))
+            .bind(column!(|r| Value::Object(r.task.input_responses.clone())))
+            .bind(column!(|r| r.task.max_attempts))
+            .bind(column!(|r| r.max_in_flight))
+            .bind(column!(|r| r
+                .task
+                .idempotency
+                .as_ref()
+                .map(|i| i.key.as_str())))
+            .bind(column!(|r| r
+                .task
+                .idempotency
+                .as_ref()
+                .map(|i| i.request_digest.as_str())))
+            .fetch_all(&pool)
+            .await
+            .db()?;
+        let created: std::collections::HashMap<Uuid, OffsetDateTime> = rows.into_iter().collect();
+        Ok(batch
+            .into_iter()
+            .map(|r| (created.get(&r.id.0).copied(), r.task))
+            .collect())
+    })
+}
+
+impl Store {
+    /// Creates a task and commits it, so it is readable from every replica as soon as
+    /// this returns. Wake the workers afterwards ([`crate::Waker`]).
+    pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
+        match self.create(owner, task, None).await? {
+            Created::New(task) | Created::Existing(task) => Ok(task),
+            other => Err(StoreError::corrupt(format!(
+                "unlimited create refused: {other:?}"
+            ))),
+        }
+    }
+
+    /// Creates a task, unless the owner already has `max_in_flight` unfinished tasks (up
+    /// to the margin the module describes), or the task's idempotency key names an
+    /// existing task (returned, when the request is the same).
+    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err(level = "debug"))]
+    pub async fn create(
+        &self,
+        owner: &Owner,
+        task: NewTask,
+        max_in_flight: Option<i64>,
+    ) -> Result<Created> {
+        let id = TaskId::random();
+        let idempotency = task.idempotency.clone();
+        let request = CreateRequest {
+            owner: owner.clone(),
+            id,
+            task,
+            max_in_flight,
+        };
+        let (answer, task) = self.creates().run(request).await?;
+        if let Some(created_at) = answer {
+            return Ok(Created::New(new_record(owner, id, task, created_at)));
+        }
+        let Some(Idempotency {
+            key,
+            request_digest,
+        }) = idempotency
+        else {
+            return Ok(Created::LimitReached);
+        };
+        let existing: Option<TaskRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE tenant = $1 AND principal = $2 AND idempotency_key = $3"
+        ))
+        .bind(&owner.tenant)
+        .bind(&owner.principal)
+        .bind(&key)
+        .fetch_optional(self.pool())
+        .await
+        .db()?;
+        Ok(match existing {
+            Some(row) if row.request_digest.as_deref() == Some(request_digest.as_str()) => {
+                Created::Existing(row.try_into()?)
+            }
+            Some(_) => Created::KeyConflict,
+            // No conflict, so the limit refused it.
+            None => Created::LimitReached,
+        })
+    }
+}
+
+/// The record of a task just inserted: all of it is what was asked for, but its time.
+fn new_record(owner: &Owner, id: TaskId, task: NewTask, created_at: OffsetDateTime) -> TaskRecord {
+    TaskRecord {
+        owner: owner.clone(),
+        id,
+        tool: task.tool,
+        arguments: task.arguments,
+        trace_context: task.trace_context,
+        status: TaskStatus::Working,
+        status_message: task.status_message,
+        created_at,
+        updated_at: created_at,
+        finished_at: None,
+        ttl_ms: task.ttl_ms,
+        poll_interval_ms: task.poll_interval_ms,
+        retention_ms: task.retention_ms,
+        result: None,
+        error: None,
+        input_requests: None,
+        input_responses: task.input_responses,
+        issued_keys: Vec::new(),
+        checkpoint: None,
+        lease_owner: None,
+        lease_token: 0,
+        lease_expires_at: None,
+        attempt: 0,
+        max_attempts: task.max_attempts,
+        cancel_requested_at: None,
+        version: 1,
+        end_reason: None,
+    }
+}
