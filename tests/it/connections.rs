@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use crate::harness::procs::Proc;
 
 mod http2;
+mod pool;
 mod startup;
 use crate::harness::{Replica, TestDb, Worker, eventually, registry, server_config, task_id};
 

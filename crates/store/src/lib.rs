@@ -188,6 +188,10 @@ impl Default for PoolConfig {
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    /// One connection of its own for readiness probes, outside `pool`: when client
+    /// requests hold every pooled connection, `/readyz` still answers from the database
+    /// itself instead of queueing behind them (and the balancer keeps the replica).
+    probe: PgPool,
     batchers: Arc<Batchers>,
 }
 
@@ -216,6 +220,11 @@ impl Store {
                 millis(config.idle_in_transaction_timeout),
             ),
         ]);
+        let probe = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(config.acquire_timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with(options.clone().application_name("mcp-tasks-probe"));
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
@@ -232,7 +241,11 @@ impl Store {
             ),
             finishes: batch::Batcher::new(pool.clone(), 256, lease::finish_batch),
         });
-        Ok(Self { pool, batchers })
+        Ok(Self {
+            pool,
+            probe,
+            batchers,
+        })
     }
 
     pub(crate) fn creates(&self) -> &batch::Batcher<create::CreateRequest, create::CreateAnswer> {
@@ -263,6 +276,7 @@ impl Store {
     /// this store is closed with it.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.probe.close().await;
     }
 
     /// The most connections this store's pool opens.
@@ -272,7 +286,7 @@ impl Store {
 
     /// Readiness: the database answers a trivial query.
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.db()?;
+        sqlx::query("SELECT 1").execute(&self.probe).await.db()?;
         Ok(())
     }
 }
