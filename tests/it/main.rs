@@ -30,4 +30,5 @@ mod reliability;
 mod sessions;
 mod smoke;
 mod store;
+mod upstream;
 mod workers;

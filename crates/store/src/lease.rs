@@ -115,8 +115,20 @@ impl Store {
     /// Claims up to `limit` runnable tasks in one statement. Tasks whose previous lease
     /// lapsed are reclaimed here too; those with no attempts left are not (see
     /// [`Store::rescue_lapsed`]).
-    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
     pub async fn claim(&self, worker: &str, limit: i64, lease_ms: i64) -> Result<Vec<Claimed>> {
+        self.claim_tools(worker, limit, lease_ms, &[]).await
+    }
+
+    /// [`Store::claim`], only tasks of the given tools (empty: any tool), so a worker never
+    /// takes a task it cannot run; the others stay queued for a worker that can.
+    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
+    pub async fn claim_tools(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease_ms: i64,
+        tools: &[String],
+    ) -> Result<Vec<Claimed>> {
         let rows: Vec<ClaimedRow> = sqlx::query_as(
             r"
             WITH candidates AS MATERIALIZED (
@@ -126,6 +138,7 @@ impl Store {
                   AND run_after <= now()
                   AND cancel_requested_at IS NULL
                   AND NOT (lease_owner IS NOT NULL AND attempt >= max_attempts)
+                  AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
                 ORDER BY run_after
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
@@ -150,6 +163,7 @@ impl Store {
         .bind(lease_ms)
         .bind(service_messages::RUNNING)
         .bind(service_messages::RUNNING_AGAIN)
+        .bind(tools)
         .fetch_all(self.pool())
         .await
         .db()?;

@@ -25,13 +25,15 @@
 
 mod context;
 mod input;
+mod live;
 pub mod packs;
 mod registry;
 mod tool;
 
 pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, ToolContextBuilder};
 pub use input::{InputRequests, validate_input_response};
-pub use registry::{Registry, RegistryError};
+pub use live::LiveRegistry;
+pub use registry::{Registry, RegistryError, packs_tools};
 pub use tool::{
     BoxFuture, ExecutionPolicy, Outcome, Preflight, Tool, ToolBuilder, ToolError, ToolResult,
 };

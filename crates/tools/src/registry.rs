@@ -69,14 +69,29 @@ impl Registry {
 
     /// Builds a registry from a comma-separated list of pack names, e.g. `demo,conformance`.
     pub fn from_packs(spec: &str) -> Result<Self, RegistryError> {
-        let mut tools = Vec::new();
-        for name in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            tools
-                .extend(packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??);
-        }
-        Self::new(tools)
+        Self::new(packs_tools(spec)?)
     }
 
+    /// The tools as given, in their order (to build a larger registry from).
+    pub fn tools(&self) -> impl Iterator<Item = &Tool> {
+        self.entries.iter().map(|e| &e.tool)
+    }
+}
+
+/// The tools of a comma-separated list of pack names; `none` is no pack.
+pub fn packs_tools(spec: &str) -> Result<Vec<Tool>, RegistryError> {
+    let mut tools = Vec::new();
+    for name in spec
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && *s != "none")
+    {
+        tools.extend(packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??);
+    }
+    Ok(tools)
+}
+
+impl Registry {
     pub fn get(&self, name: &str) -> Option<&Tool> {
         self.by_name.get(name).map(|&i| &self.entries[i].tool)
     }

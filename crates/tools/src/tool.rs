@@ -92,11 +92,16 @@ pub struct Tool {
     pub policy: ExecutionPolicy,
     /// Runs allowed when workers are lost mid-run, before the task fails.
     pub max_attempts: u32,
+    /// May a run lost with its worker be run again? When not, a lost run fails the task
+    /// instead (a tool with side effects outside this service must not do them twice).
+    pub idempotent: bool,
     /// Time to live from creation; `None` is unlimited.
     pub ttl: Option<Duration>,
     pub poll_interval: Duration,
     /// Client capabilities every call must declare (a `ClientCapabilities` object).
     pub required_capabilities: Option<Value>,
+    /// `annotations` in `tools/list`.
+    pub annotations: Option<Value>,
     pub(crate) preflight: Option<Arc<Preflight>>,
     pub(crate) handler: Arc<HandlerFn>,
 }
@@ -122,11 +127,13 @@ impl Tool {
             output_schema: None,
             policy: ExecutionPolicy::TaskOptional,
             max_attempts: 3,
+            idempotent: true,
             ttl: Some(Duration::from_secs(3600)),
             poll_interval: Duration::from_secs(1),
             required_capabilities: None,
             preflight: None,
             handler: None,
+            annotations: None,
         }
     }
 
@@ -141,6 +148,9 @@ impl Tool {
         d.insert("inputSchema".into(), self.input_schema.clone());
         if let Some(out) = &self.output_schema {
             d.insert("outputSchema".into(), out.clone());
+        }
+        if let Some(annotations) = &self.annotations {
+            d.insert("annotations".into(), annotations.clone());
         }
         Value::Object(d)
     }
@@ -172,11 +182,13 @@ pub struct ToolBuilder {
     output_schema: Option<Value>,
     policy: ExecutionPolicy,
     max_attempts: u32,
+    idempotent: bool,
     ttl: Option<Duration>,
     poll_interval: Duration,
     required_capabilities: Option<Value>,
     preflight: Option<Arc<Preflight>>,
     handler: Option<Arc<HandlerFn>>,
+    annotations: Option<Value>,
 }
 
 impl ToolBuilder {
@@ -207,6 +219,18 @@ impl ToolBuilder {
 
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
+        self
+    }
+
+    /// Whether a run lost with its worker may be run again (default: yes).
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// `annotations` as `tools/list` shows them (hints for clients).
+    pub fn annotations(mut self, annotations: Value) -> Self {
+        self.annotations = Some(annotations);
         self
     }
 
@@ -272,6 +296,8 @@ impl ToolBuilder {
             output_schema: self.output_schema,
             policy: self.policy,
             max_attempts: self.max_attempts,
+            idempotent: self.idempotent,
+            annotations: self.annotations,
             ttl: self.ttl,
             poll_interval: self.poll_interval,
             required_capabilities: self.required_capabilities,

@@ -29,9 +29,26 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         let wanted = permits.len();
 
+        // Only tasks this worker can run: the others wait for a worker that has their tool.
+        let tools: Vec<String> = shared
+            .registry
+            .current()
+            .names()
+            .map(str::to_owned)
+            .collect();
+        if tools.is_empty() {
+            // No tool at all (upstreams not answering yet): claim nothing rather than
+            // everything, which is what an empty filter would mean.
+            drop(permits);
+            tokio::select! {
+                () = tokio::time::sleep(config.poll_interval) => {}
+                () = shutdown.cancelled() => return,
+            }
+            continue;
+        }
         let claimed = match shared
             .store
-            .claim(&config.worker_id, wanted as i64, config.lease_ms())
+            .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
             .await
         {
             Ok(claimed) => {

@@ -9,7 +9,7 @@ use mcp_tasks_server::{
     AllowedHosts, AppState, ConnectionConfig, RateLimit, ServerConfig, StateKeys,
 };
 use mcp_tasks_store::Store;
-use mcp_tasks_tools::Registry;
+use mcp_tasks_tools::LiveRegistry;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
@@ -33,7 +33,8 @@ pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> a
     if command.migrate {
         store.migrate().await.context("migrating")?;
     }
-    serve(store, command.tools.registry()?, &command.server, shutdown).await
+    let tools = command.tools.load().await?;
+    serve(store, tools.registry.clone(), &command.server, shutdown).await
 }
 
 #[derive(Debug, Args)]
@@ -197,7 +198,7 @@ impl ServerArgs {
 
 pub(super) async fn serve(
     store: Store,
-    registry: Registry,
+    registry: LiveRegistry,
     args: &ServerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {

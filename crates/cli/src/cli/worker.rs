@@ -20,9 +20,10 @@ pub(super) struct WorkerCommand {
 
 pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
     let store = command.database.connect().await?;
+    let tools = command.tools.load().await?;
     mcp_tasks_worker::run(
         store,
-        command.tools.registry()?,
+        tools.registry.clone(),
         command.worker.config("mcp-tasks"),
         shutdown,
     )
