@@ -3,8 +3,10 @@
 //!
 //! Where the server comes from, in order:
 //! 1. `DATABASE_URL` (as in CI): a new database is created on that server per test;
-//! 2. Docker (testcontainers), when a Docker socket is available;
-//! 3. a throwaway cluster from the local PostgreSQL binaries (what `mcp-tasks dev` uses).
+//! 2. a PostgreSQL container (testcontainers), when a Docker-compatible engine answers
+//!    (`container.rs`), removed when the test process ends;
+//! 3. a throwaway cluster from the local PostgreSQL binaries (what `mcp-tasks dev` uses),
+//!    also when the engine is present but unusable.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -31,47 +33,33 @@ pub(crate) fn server_url() -> String {
     SERVER
         .get_or_init(|| {
             if let Ok(url) = std::env::var("DATABASE_URL") {
+                super::announce("tests: PostgreSQL from DATABASE_URL");
                 return url;
             }
-            if docker_available() {
-                return std::thread::spawn(start_container)
-                    .join()
-                    .expect("testcontainers thread panicked");
+            if super::container::engine_socket().is_some() {
+                // Its own thread: the container is started on a runtime of its own, and
+                // this may be called from inside a test's runtime.
+                match std::thread::spawn(super::container::start).join() {
+                    Ok(Ok(url)) => return url,
+                    Ok(Err(why)) => super::announce(&format!(
+                        "tests: the container engine is present but unusable ({why}); falling back to a local throwaway cluster"
+                    )),
+                    Err(_) => super::announce(
+                        "tests: starting a container failed unexpectedly; falling back to a local throwaway cluster",
+                    ),
+                }
             }
             let db = mcp_tasks_devdb::DevDatabase::start_watched().expect(
-                "no DATABASE_URL, no Docker, and no local PostgreSQL binaries: cannot run the tests",
+                "no DATABASE_URL, no usable container engine, and no local PostgreSQL binaries: cannot run the tests",
             );
+            super::announce(&format!("tests: PostgreSQL from a local throwaway cluster ({})", db.url()));
             let url = db.url().to_owned();
-            // Kept for the life of the test process; the cluster stops itself after.
+            // Kept for the life of the test process; its watcher stops the cluster and
+            // deletes its directory once this process is gone.
             std::mem::forget(db);
             url
         })
         .clone()
-}
-
-fn docker_available() -> bool {
-    std::env::var_os("DOCKER_HOST").is_some()
-        || std::path::Path::new("/var/run/docker.sock").exists()
-}
-
-fn start_container() -> String {
-    use testcontainers::runners::AsyncRunner;
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        use testcontainers::ImageExt;
-        let container = testcontainers_modules::postgres::Postgres::default()
-            .with_tag("15-alpine")
-            .start()
-            .await
-            .expect("starting a PostgreSQL container");
-        let port = container
-            .get_host_port_ipv4(5432)
-            .await
-            .expect("container port");
-        // The container lives as long as the test process; the reaper removes it.
-        std::mem::forget(container);
-        format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres")
-    })
 }
 
 impl TestDb {

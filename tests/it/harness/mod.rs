@@ -5,6 +5,7 @@
 //! fixture builders for the usual set-ups ([`fixtures`], [`jwt`]).
 
 pub(crate) mod app;
+mod container;
 pub(crate) mod db;
 pub(crate) mod fixtures;
 pub(crate) mod http;
@@ -85,4 +86,11 @@ pub(crate) fn task_id(created: &Value) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no taskId in {created}"))
         .to_owned()
+}
+
+/// A line on the test process's real stderr, past the test harness's output capture: which
+/// database a run used must show even when every test passes.
+pub(crate) fn announce(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
