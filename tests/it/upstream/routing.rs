@@ -50,6 +50,9 @@ async fn two_workers_with_different_tools_each_run_their_own() {
         .count_tasks("tool = 'ev_echo' AND status = 'working' AND attempt = 0")
         .await;
     assert_eq!(queued, 6, "never claimed by a worker without the tool");
+    // What workers log about such tasks: the queue by tool.
+    let waiting = db.store.waiting_by_tool(1000, 100).await.expect("queue");
+    assert_eq!(waiting, [("ev_echo".to_owned(), 6)], "{waiting:?}");
 
     // A worker with the upstream arrives: the waiting tasks run there.
     let mut env = FAST_WORKER.to_vec();
