@@ -175,7 +175,8 @@ impl Connection {
     /// Waits (at most `within`) for a live peer.
     pub(crate) async fn peer_within(&self, within: Duration) -> Option<Peer<RoleClient>> {
         let mut rx = self.subscribe();
-        let wait = rx.wait_for(Option::is_some);
+        // A peer whose transport has closed is on its way out: wait for its successor.
+        let wait = rx.wait_for(|p| p.as_ref().is_some_and(|p| !p.is_transport_closed()));
         match tokio::time::timeout(within, wait).await {
             Ok(Ok(peer)) => peer.clone(),
             _ => None,

@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 use crate::config::ToolSettings;
 use crate::connection::{CallEvent, Connection};
 
-/// How long a call waits for the upstream to be connected before counting an attempt.
-const CONNECT_WAIT: Duration = Duration::from_secs(5);
+/// How long a call waits for the upstream to be connected before counting an attempt: a
+/// restarted stdio child (an interpreter importing its SDK) can take seconds to answer.
+const CONNECT_WAIT: Duration = Duration::from_secs(20);
 
 /// Builds our tool for one of the upstream's (`descriptor` as its `tools/list` gave it).
 pub(crate) fn tool(
@@ -68,7 +69,7 @@ pub(crate) fn tool(
         .build()
 }
 
-enum Failure {
+pub(crate) enum Failure {
     /// The upstream answered with a JSON-RPC error.
     Protocol(ErrorObject),
     /// Never reached the upstream: no connection, or it broke before the request left.
@@ -101,7 +102,20 @@ async fn forward(
             last = conn.last_error().unwrap_or_else(|| "not connected".into());
             continue;
         };
-        match call_once(conn, &peer, tool, &ctx, settings.timeout).await {
+        let called = match call_once(conn, &peer, tool, &ctx, settings.timeout).await {
+            // 2025-11-25: a listed tool refused with -32601 is one the upstream runs only as
+            // a task of its own (`taskSupport: "required"`, a field rmcp's Tool does not
+            // keep, so we learn it from the refusal: as a JSON-RPC error, or as the
+            // TypeScript SDK reports it, a tool error "MCP error -32601: ...").
+            Err(Failure::Protocol(e)) if e.code == codes::METHOD_NOT_FOUND => {
+                crate::upstream_task::call(conn, &peer, tool, &ctx, settings.timeout).await
+            }
+            Ok(Outcome::Complete(r)) if needs_task(&r) => {
+                crate::upstream_task::call(conn, &peer, tool, &ctx, settings.timeout).await
+            }
+            other => other,
+        };
+        match called {
             Ok(outcome) => return Ok(outcome),
             Err(Failure::Protocol(e)) => return Err(ToolError::Protocol(e)),
             Err(Failure::Interrupted) => return Err(ToolError::Interrupted),
@@ -203,21 +217,39 @@ async fn call_once(
                     .unwrap_or(Value::Null)
             ),
         ))),
-        Err(ServiceError::McpError(e)) => {
+        Err(e) => Err(failure(e)),
+    }
+}
+
+/// What a failed request means for the call.
+pub(crate) fn failure(e: ServiceError) -> Failure {
+    match e {
+        ServiceError::McpError(e) => {
             let mut error = ErrorObject::new(i64::from(e.code.0), e.message.to_string());
             if let Some(data) = e.data {
                 error = error.with_data(data);
             }
-            Err(Failure::Protocol(error))
+            Failure::Protocol(error)
         }
-        Err(ServiceError::Timeout { .. }) => Err(Failure::TimedOut),
-        Err(ServiceError::Cancelled { .. }) => Err(Failure::Interrupted),
-        Err(_) => Err(Failure::Lost),
+        ServiceError::Timeout { .. } => Failure::TimedOut,
+        ServiceError::Cancelled { .. } => Failure::Interrupted,
+        _ => Failure::Lost,
     }
 }
 
+fn needs_task(result: &Value) -> bool {
+    result["isError"] == json!(true)
+        && result["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("MCP error -32601") && t.contains("task"))
+}
+
 /// `notifications/cancelled` for the call; the upstream may or may not stop.
-async fn cancel(peer: &rmcp::Peer<RoleClient>, id: rmcp::model::RequestId, reason: &str) {
+pub(crate) async fn cancel(
+    peer: &rmcp::Peer<RoleClient>,
+    id: rmcp::model::RequestId,
+    reason: &str,
+) {
     let notification = CancelledNotification::new(CancelledNotificationParam::new(
         Some(id),
         Some(reason.to_owned()),

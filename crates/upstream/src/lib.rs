@@ -8,6 +8,7 @@ mod catalog;
 pub mod config;
 mod connection;
 mod forward;
+mod upstream_task;
 
 pub use catalog::{Options, StartError, Upstreams};
 pub use config::{Config, ConfigError, ToolSettings, Transport, UpstreamConfig};

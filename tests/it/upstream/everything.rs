@@ -18,7 +18,7 @@ fn config(transport: &str) -> String {
 name = "everything"
 {transport}
 prefix = "everything_"
-tools = ["get-sum", "echo", "trigger-long-running-operation"]
+tools = ["get-sum", "echo", "trigger-long-running-operation", "simulate-research-query"]
 mode = "task-optional"
 idempotent = true
 timeout_ms = 60000
@@ -39,6 +39,7 @@ async fn exercise(fleet: &Fleet) {
         [
             "everything_echo",
             "everything_get-sum",
+            "everything_simulate-research-query",
             "everything_trigger-long-running-operation"
         ],
         "only the listed tools, prefixed, in a stable order"
@@ -105,6 +106,34 @@ async fn exercise(fleet: &Fleet) {
     assert!(
         text_of(&done["result"]).contains("Long running operation completed"),
         "{done}"
+    );
+
+    // A tool the upstream runs as a task of its own: followed to its end through us, its
+    // stages shown as our status message.
+    let id = start_task(
+        &client,
+        "everything_simulate-research-query",
+        json!({"topic": "durable tasks"}),
+    )
+    .await;
+    let mut stages = Vec::new();
+    let done = loop {
+        let task = client.get_task(&id).await.expect("tasks/get");
+        if let Some(m) = task["statusMessage"].as_str()
+            && stages.last().is_none_or(|l: &String| l != m)
+        {
+            stages.push(m.to_owned());
+        }
+        if mcp_tasks_client::is_terminal(&task) {
+            break task;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status(&done), "completed", "{done}");
+    assert!(text_of(&done["result"]).contains("durable tasks"), "{done}");
+    assert!(
+        stages.iter().any(|m| m.contains("Analyzing")),
+        "the upstream's stages: {stages:?}"
     );
 
     // Cancelled while the upstream works on it.
@@ -212,7 +241,7 @@ async fn server_everything_over_streamable_http_down_at_start() {
 
     let _server = start_http_everything(port).await;
     crate::harness::eventually(Duration::from_secs(30), "the upstream's tools", || async {
-        (client.list_tools().await.ok()?.len() == 3).then_some(())
+        (client.list_tools().await.ok()?.len() == 4).then_some(())
     })
     .await;
     // The worker found it too (it claims only tools it has).

@@ -81,6 +81,7 @@ fn lines(path: &str) -> Vec<String> {
 async fn fastmcp_cancellation_errors_and_crashes() {
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
+    fleet.wait_reachable().await;
     let client = fleet.client();
 
     // A raising tool: the upstream's isError result, and the task completed (as the spec says).
@@ -153,18 +154,19 @@ async fn fastmcp_cancellation_errors_and_crashes() {
 async fn a_worker_killed_mid_call_reruns_only_idempotent_tools() {
     let scratch = Scratch::new();
     let mut fleet = Fleet::start(&setup(&scratch).await, 1).await;
+    fleet.wait_reachable().await;
     let client = fleet.client();
     let again = scratch.path("again");
     let once = scratch.path("once");
-    let rerun = start_task(&client, "py_slow", json!({"marker": again, "seconds": 2})).await;
+    let rerun = start_task(&client, "py_slow", json!({"marker": again, "seconds": 10})).await;
     let failed = start_task(
         &client,
         "pyonce_slow",
-        json!({"marker": once, "seconds": 2}),
+        json!({"marker": once, "seconds": 10}),
     )
     .await;
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         "both calls under way upstream",
         || async { (lines(&again).len() == 1 && lines(&once).len() == 1).then_some(()) },
     )

@@ -134,6 +134,22 @@ impl Fleet {
         fleet
     }
 
+    /// Waits until the replica reaches every upstream (a Python upstream may take longer
+    /// to start than the replica waits at start-up; its tools appear when it answers).
+    async fn wait_reachable(&self) {
+        let url = self.replica.url().replace("/mcp", "/readyz");
+        crate::harness::eventually(
+            Duration::from_secs(60),
+            "every upstream reachable",
+            || async {
+                let ready: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+                let all = ready["upstreams"].as_array()?;
+                all.iter().all(|u| u["reachable"] == true).then_some(())
+            },
+        )
+        .await;
+    }
+
     fn add_worker(&mut self) {
         let mut env = FAST_WORKER.to_vec();
         env.push(("MCP_TASKS_CONFIG", &self.config));
