@@ -144,6 +144,8 @@ pub(crate) struct Connection {
     calls: Arc<Mutex<InFlight>>,
     pub(crate) list_changed: Arc<Notify>,
     last_error: Mutex<Option<String>>,
+    /// How the next connection opens (see [`Handshake`]).
+    handshake: Mutex<Handshake>,
     /// Asks the supervisor for a fresh connection (a call found this one broken).
     reconnect: Notify,
 }
@@ -156,6 +158,7 @@ impl Connection {
             calls: Arc::default(),
             list_changed: Arc::new(Notify::new()),
             last_error: Mutex::new(None),
+            handshake: Mutex::new(Handshake::Auto),
             reconnect: Notify::new(),
         })
     }
@@ -224,8 +227,9 @@ impl Connection {
                 list_changed: self.list_changed.clone(),
                 info: info.clone(),
             };
+            let handshake = self.handshake.lock().map_or(Handshake::Auto, |h| *h);
             let started = tokio::select! {
-                s = connect(&self.config, bridge) => s,
+                s = connect(&self.config, bridge, handshake) => s,
                 () = stop.cancelled() => return,
             };
             match started {
@@ -255,8 +259,14 @@ impl Connection {
                     self.set_error(Some("connection ended".into()));
                 }
                 Err(e) => {
-                    tracing::warn!(upstream = %self.config.name, error = %e, retry_ms = backoff.as_millis() as u64, "upstream not reachable");
-                    self.set_error(Some(e));
+                    tracing::warn!(upstream = %self.config.name, error = %e.text, retry_ms = backoff.as_millis() as u64, "upstream not reachable");
+                    self.set_error(Some(e.text));
+                    if e.handshake_failed
+                        && let Ok(mut h) = self.handshake.lock()
+                    {
+                        *h = h.next();
+                        tracing::info!(upstream = %self.config.name, handshake = ?*h, "trying another handshake");
+                    }
                 }
             }
             tokio::select! {
@@ -270,19 +280,102 @@ impl Connection {
 
 type Running = rmcp::service::RunningService<RoleClient, Bridge>;
 
-/// Every revision an upstream may speak: 2026-07-28 through `server/discover`, and the
-/// 2025 ones through `initialize` when it does not know discovery.
-fn lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+/// How a connection opens. Every revision an upstream may speak: 2026-07-28 through
+/// `server/discover`, the 2025 ones through `initialize`. `Auto` probes with discovery
+/// and falls back after 10 s (rmcp's fixed probe time); an upstream slower than that to
+/// start (an interpreter importing its SDK under load) answers the probe after the
+/// fallback began, which fails the handshake, so the next attempt skips the probe:
+/// `initialize` only, then discovery only (without the 10 s limit), then `Auto` again.
+/// The handshake that worked is kept for reconnects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    Auto,
+    Initialize,
+    Discover,
+}
+
+impl Handshake {
+    fn next(self) -> Self {
+        match self {
+            Self::Auto => Self::Initialize,
+            Self::Initialize => Self::Discover,
+            Self::Discover => Self::Auto,
+        }
+    }
+
+    fn lifecycle(self) -> ClientLifecycleMode {
+        match self {
+            Self::Auto => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            Self::Initialize => ClientLifecycleMode::Initialize,
+            Self::Discover => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        }
+    }
+}
+
+/// Why a connection could not be opened.
+struct ConnectError {
+    text: String,
+    /// The upstream answered, but not the way this handshake expects.
+    handshake_failed: bool,
+}
+
+impl From<String> for ConnectError {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            handshake_failed: false,
+        }
+    }
+}
+
+/// How long one handshake may take (a child that never answers must not hang us).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn handshake<T, E, A>(
+    bridge: Bridge,
+    transport: T,
+    how: Handshake,
+) -> Result<Running, ConnectError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        bridge.serve_with_lifecycle(transport, how.lifecycle()),
+    )
+    .await
+    {
+        Ok(Ok(running)) => Ok(running),
+        Ok(Err(e)) => Err(ConnectError {
+            handshake_failed: !matches!(
+                e,
+                rmcp::service::ClientInitializeError::ConnectionClosed(_)
+                    | rmcp::service::ClientInitializeError::TransportError { .. }
+                    | rmcp::service::ClientInitializeError::Cancelled
+            ),
+            text: e.to_string(),
+        }),
+        Err(_) => Err(ConnectError {
+            text: format!(
+                "no answer to the handshake within {} s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            ),
+            handshake_failed: true,
+        }),
     }
 }
 
 async fn connect(
     config: &UpstreamConfig,
     bridge: Bridge,
-) -> Result<(Running, Option<tokio::process::ChildStderr>), String> {
+    how: Handshake,
+) -> Result<(Running, Option<tokio::process::ChildStderr>), ConnectError> {
     match &config.transport {
         Transport::Stdio { command, env } => {
             let mut cmd = tokio::process::Command::new(&command[0]);
@@ -291,10 +384,7 @@ async fn connect(
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start {:?}: {e}", command[0]))?;
-            let running = bridge
-                .serve_with_lifecycle(transport, lifecycle())
-                .await
-                .map_err(|e| e.to_string())?;
+            let running = handshake(bridge, transport, how).await?;
             Ok((running, stderr))
         }
         Transport::Http { url, headers } => {
@@ -312,10 +402,7 @@ async fn connect(
                     .custom_headers(custom)
                     .reinit_on_expired_session(true),
             );
-            let running = bridge
-                .serve_with_lifecycle(transport, lifecycle())
-                .await
-                .map_err(|e| e.to_string())?;
+            let running = handshake(bridge, transport, how).await?;
             Ok((running, None))
         }
     }

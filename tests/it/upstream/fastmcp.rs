@@ -199,3 +199,28 @@ async fn a_worker_killed_mid_call_reruns_only_idempotent_tools() {
     let started = lines(&once).iter().filter(|l| *l == "started").count();
     assert_eq!(started, 1, "not run again: {:?}", lines(&once));
 }
+
+/// An upstream slower to start than rmcp's 10 s discovery probe (an interpreter importing
+/// its SDK on a loaded machine) answers the probe after the fallback began; the next
+/// connection skips the probe, and its tools appear.
+#[tokio::test]
+async fn an_upstream_slower_than_the_discovery_probe_is_reached() {
+    let scratch = Scratch::new();
+    let script = scratch.write("server.py", SERVER);
+    let slow = scratch.write(
+        "slow.py",
+        &format!("import runpy, time\ntime.sleep(12)\nrunpy.run_path({script:?}, run_name=\"__main__\")\n"),
+    );
+    let py = python().await;
+    let config = scratch.write(
+        "config.toml",
+        &format!("[[upstream]]\nname = \"slowpy\"\ncommand = [{py:?}, {slow:?}]\nprefix = \"slow_\"\nmode = \"task-required\"\n"),
+    );
+    let fleet = Fleet::start(&config, 1).await;
+    fleet.wait_reachable().await;
+    let client = fleet.client();
+    let id = start_task(&client, "slow_explode", json!({})).await;
+    let done = wait_terminal(&client, &id, Duration::from_secs(90)).await;
+    assert_eq!(status(&done), "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+}

@@ -139,7 +139,7 @@ impl Fleet {
     async fn wait_reachable(&self) {
         let url = self.replica.url().replace("/mcp", "/readyz");
         crate::harness::eventually(
-            Duration::from_secs(60),
+            Duration::from_secs(120),
             "every upstream reachable",
             || async {
                 let ready: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
