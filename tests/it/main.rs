@@ -10,6 +10,7 @@
 //! - `auth`: tokens, ownership with real tokens, the limits per principal.
 //! - `oauth`, `oauth_suite`: the client's OAuth against a real authorization server
 //!   (oidc-provider) and against the conformance suite's own servers.
+//! - `cli`: the command-line client in a pseudo-terminal and in scripts.
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
 //!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
@@ -17,6 +18,7 @@
 mod attacks;
 mod auth;
 mod benches;
+mod cli;
 mod clients;
 mod connections;
 mod harness;

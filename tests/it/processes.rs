@@ -666,3 +666,32 @@ async fn help_lists_every_environment_variable() {
         "the error names the unknown pack: {stderr}"
     );
 }
+
+/// `mcp-tasks health`, the image's health check: exit 0 while a replica's `/readyz`
+/// answers 200 (asked by base URL, MCP endpoint or the probe's own URL), non-zero with the
+/// reason once nothing answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_subcommand_exits_zero_only_while_the_replica_is_ready() {
+    let db = TestDb::new().await;
+    let replica = Proc::serve(&db.url, PACK, &[]).await;
+    let mcp = replica.url();
+    let base = mcp.trim_end_matches("/mcp").to_owned();
+    let health = |url: &str| procs::mcp_tasks(&["health", "--url", url], &[]);
+    for url in [mcp.clone(), base.clone(), format!("{base}/readyz")] {
+        check_exit(
+            &procs::output(health(&url), Duration::from_secs(30)).await,
+            &format!("health --url {url}"),
+        );
+    }
+    replica.kill().await;
+    let out = procs::output(health(&mcp), Duration::from_secs(30)).await;
+    assert!(
+        !out.status.success(),
+        "health succeeded with the replica gone"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/readyz did not answer"),
+        "health says why: {stderr}"
+    );
+}

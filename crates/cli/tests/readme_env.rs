@@ -99,6 +99,8 @@ fn variables_in_help() -> BTreeMap<String, BTreeSet<String>> {
         "demo",
         "chaos",
         "bench push",
+        "call",
+        "tasks resume",
     ] {
         assert!(
             visited.iter().any(|v| v == expected),

@@ -73,6 +73,9 @@ pub struct ServerConfig {
     pub max_session_revocations: i64,
     /// Cache freshness advertised on `server/discover` and list results.
     pub cache_ttl: Duration,
+    /// Items per page of `tools/list`, `resources/list`, `resources/templates/list` and
+    /// `prompts/list`.
+    pub list_page_size: usize,
     pub instructions: Option<String>,
     /// Most task ids one `subscriptions/listen` may name.
     pub max_listen_tasks: usize,
@@ -113,6 +116,7 @@ impl ServerConfig {
             session_ttl: Duration::from_secs(24 * 3600),
             max_session_revocations: 1000,
             cache_ttl: Duration::from_secs(300),
+            list_page_size: 100,
             instructions: None,
             max_listen_tasks: 100,
             max_streams_per_principal: 64,

@@ -3,12 +3,14 @@
 use axum::http::HeaderMap;
 use mcp_tasks_store::Owner;
 use mcp_tasks_wire::headers::{self, RoutingHeaders};
-use mcp_tasks_wire::results::{CacheHint, discover_result, list_result};
+use mcp_tasks_wire::param_headers::check_param_headers;
+use mcp_tasks_wire::results::discover_result;
 use mcp_tasks_wire::{ErrorObject, Request, RequestMeta, SUPPORTED_VERSIONS};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
+use crate::catalog::{self, List};
 use crate::error::RpcError;
-use crate::params::{idempotency_key, single_header, string_param};
+use crate::params::{idempotency_key, single_header};
 pub(crate) use crate::reply::Reply;
 use crate::tasks_methods::{self, TaskMethod};
 use crate::{AppState, legacy, push, session, tools_call, trace};
@@ -24,6 +26,7 @@ enum Method {
     ResourceTemplatesList,
     PromptsGet,
     ResourcesRead,
+    Complete,
     ToolsCall,
     Task(TaskMethod),
     Listen,
@@ -39,6 +42,7 @@ impl Method {
             "resources/templates/list" => Self::ResourceTemplatesList,
             "prompts/get" => Self::PromptsGet,
             "resources/read" => Self::ResourcesRead,
+            "completion/complete" => Self::Complete,
             "tools/call" => Self::ToolsCall,
             "tasks/get" => Self::Task(TaskMethod::Get),
             "tasks/update" => Self::Task(TaskMethod::Update),
@@ -74,6 +78,9 @@ pub(crate) async fn handle(
     };
     headers::check_request(routing, &request, Some(&meta.protocol_version))
         .map_err(RpcError::protocol)?;
+    if request.method == "tools/call" {
+        check_tool_headers(state, headers, &request)?;
+    }
     if !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
         return Err(RpcError::protocol(ErrorObject::unsupported_version(
             &meta.protocol_version,
@@ -96,24 +103,33 @@ async fn run(
             &request.method,
         )));
     };
+    // Methods of a capability nothing provides are not found, as for any method.
+    let offered = catalog::offered(state);
+    let available = match method {
+        Method::PromptsList | Method::PromptsGet => offered.prompts,
+        Method::ResourcesList | Method::ResourceTemplatesList | Method::ResourcesRead => {
+            offered.resources
+        }
+        Method::Complete => offered.completions,
+        _ => true,
+    };
+    if !available {
+        return Err(RpcError::protocol(ErrorObject::method_not_found(
+            &request.method,
+        )));
+    }
+    let params = &request.params;
     let mut result = match method {
         Method::Discover => discover(state),
-        Method::ToolsList => list(state, &request, "tools", state.registry().list().clone())?,
-        Method::PromptsList => list(state, &request, "prompts", json!([]))?,
-        Method::ResourcesList => list(state, &request, "resources", json!([]))?,
-        Method::ResourceTemplatesList => list(state, &request, "resourceTemplates", json!([]))?,
-        Method::PromptsGet => {
-            return Err(RpcError::invalid_params(format!(
-                "unknown prompt {}: this server has no prompts",
-                string_param(&request.params, "name")?
-            )));
+        Method::ToolsList => catalog::list(state, List::Tools, params).await?,
+        Method::PromptsList => catalog::list(state, List::Prompts, params).await?,
+        Method::ResourcesList => catalog::list(state, List::Resources, params).await?,
+        Method::ResourceTemplatesList => {
+            catalog::list(state, List::ResourceTemplates, params).await?
         }
-        Method::ResourcesRead => {
-            return Err(RpcError::invalid_params(format!(
-                "resource not found: {}",
-                string_param(&request.params, "uri")?
-            )));
-        }
+        Method::PromptsGet => catalog::get_prompt(state, owner, &meta, params).await?,
+        Method::ResourcesRead => catalog::read(state, owner, &meta, params).await?,
+        Method::Complete => catalog::complete(state, params).await?,
         Method::ToolsCall => {
             let trace = trace::for_request(headers);
             let key = idempotency_key(headers)?;
@@ -133,30 +149,44 @@ async fn run(
 }
 
 fn discover(state: &AppState) -> Map<String, Value> {
-    discover_result(state.config().instructions.as_deref(), cache_hint(state))
+    discover_result(
+        state.config().instructions.as_deref(),
+        catalog::cache_hint(state),
+        catalog::offered(state),
+    )
 }
 
-fn cache_hint(state: &AppState) -> CacheHint {
-    CacheHint {
-        ttl_ms: u64::try_from(state.config().cache_ttl.as_millis()).unwrap_or(u64::MAX),
-        public: true,
-    }
-}
-
-/// A list result. Everything fits on one page, so any cursor is one this server never
-/// issued.
-fn list(
+/// SEP-2243: the `Mcp-Param-*` headers of the tool's `x-mcp-header` parameters must
+/// mirror the arguments (`-32020`, HTTP 400, otherwise). An unknown tool or malformed
+/// arguments are left to `tools/call` to refuse in its own words.
+fn check_tool_headers(
     state: &AppState,
+    headers: &HeaderMap,
     request: &Request,
-    key: &str,
-    items: Value,
-) -> Result<Map<String, Value>, RpcError> {
-    if request.params.get("cursor").is_some_and(|c| !c.is_null()) {
-        return Err(RpcError::invalid_params(
-            "invalid cursor: this server returns every item on the first page",
-        ));
+) -> Result<(), RpcError> {
+    let Some(name) = request.params.get("name").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let registry = state.registry();
+    let params = registry.header_params(name);
+    if params.is_empty() {
+        return Ok(());
     }
-    Ok(list_result(key, items, cache_hint(state)))
+    let none = Map::new();
+    let arguments = match request.params.get("arguments") {
+        None | Some(Value::Null) => &none,
+        Some(Value::Object(arguments)) => arguments,
+        Some(_) => return Ok(()),
+    };
+    let mut raw = Vec::with_capacity(params.len());
+    for p in params {
+        let header = format!("mcp-param-{}", p.name.to_ascii_lowercase());
+        raw.push((header.clone(), single_header(headers, &header)?));
+    }
+    check_param_headers(params, arguments, |name| {
+        raw.iter().find(|(h, _)| h == name).and_then(|(_, v)| *v)
+    })
+    .map_err(RpcError::protocol)
 }
 
 #[cfg(test)]
@@ -174,7 +204,6 @@ mod tests {
             "tasks/result",
             "tasks/list",
             "tasks/status",
-            "completion/complete",
             "notifications/initialized",
             "Tools/Call",
             "",
@@ -193,6 +222,7 @@ mod tests {
             "resources/templates/list",
             "prompts/get",
             "resources/read",
+            "completion/complete",
             "tools/call",
             "tasks/get",
             "tasks/update",

@@ -11,6 +11,7 @@
 
 mod answers;
 mod auth;
+mod catalog;
 mod config;
 mod conn;
 mod dispatch;

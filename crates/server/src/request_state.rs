@@ -145,9 +145,13 @@ fn decode_key(k: &str) -> Option<Vec<u8>> {
 /// What an MRTR round carries forward.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RequestState {
-    /// The tool being called.
+    /// The tool being called (or the prompt, or the resource URI, per `method`).
     #[serde(rename = "t")]
     pub tool: String,
+    /// `None` for `tools/call`; `prompts/get` or `resources/read` for their rounds, so a
+    /// state issued for one method never resumes another.
+    #[serde(rename = "m", default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
     /// Digest of the caller's tenant and principal.
     #[serde(rename = "o")]
     pub owner: String,
@@ -224,6 +228,7 @@ mod tests {
 
     fn state() -> RequestState {
         RequestState {
+            method: None,
             tool: "t".into(),
             owner: owner_digest(&Owner::new("a", "b")),
             expires_ms: 1,

@@ -109,6 +109,21 @@ pub(crate) async fn start(
             required.clone(),
         )));
     }
+    // A tool that may ask for input the client could not give is refused now, before a
+    // task exists, rather than left waiting for an answer that cannot come.
+    let mut missing = Map::new();
+    for kind in &tool.input_kinds {
+        let (method, probe) = kind.probe();
+        if !caps.can_answer(method, Some(&probe)) {
+            merge(&mut missing, kind.capability());
+        }
+    }
+    if !missing.is_empty() {
+        return Err(RpcError::method(ErrorObject::missing_capability(
+            format!("Tool {name:?} may ask for input of a kind this request did not declare"),
+            Value::Object(missing),
+        )));
+    }
     let declares_tasks = caps.declares_tasks();
     if tool.policy == ExecutionPolicy::TaskRequired && !declares_tasks {
         return Err(RpcError::method(ErrorObject::tasks_extension_required()));
@@ -194,11 +209,24 @@ pub(crate) async fn start(
     })
 }
 
-fn millis(d: Duration) -> i64 {
+/// Merges a `ClientCapabilities`-shaped object into `into`, one level deep.
+fn merge(into: &mut Map<String, Value>, add: Value) {
+    let Value::Object(add) = add else { return };
+    for (k, v) in add {
+        match (into.get_mut(&k), v) {
+            (Some(Value::Object(have)), Value::Object(more)) => have.extend(more),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, millis)
@@ -232,7 +260,7 @@ fn earlier_round(
     };
     let invalid = |why: &str| RpcError::invalid_params(format!("invalid requestState: {why}"));
     let rs = state.state_keys().verify(token).map_err(invalid)?;
-    if rs.owner != owner_digest(owner) || rs.tool != tool.name {
+    if rs.owner != owner_digest(owner) || rs.tool != tool.name || rs.method.is_some() {
         return Err(invalid("it was issued for another caller or tool"));
     }
     if rs.expires_ms < now_ms() {
@@ -267,6 +295,7 @@ fn input_required(
     ensure_client_can_answer(meta, requests.as_map())?;
     let token = state.state_keys().sign(&RequestState {
         tool: tool.name.clone(),
+        method: None,
         owner: owner_digest(owner),
         expires_ms: now_ms() + millis(state.config().request_state_ttl),
         kind: StateKind::Pre {
@@ -279,7 +308,7 @@ fn input_required(
 }
 
 /// A server must not ask for input of a kind the client did not declare.
-fn ensure_client_can_answer(
+pub(crate) fn ensure_client_can_answer(
     meta: &RequestMeta,
     requests: &Map<String, Value>,
 ) -> Result<(), RpcError> {
@@ -305,7 +334,7 @@ fn ensure_client_can_answer(
         Ok(())
     } else {
         Err(RpcError::method(ErrorObject::missing_capability(
-            "This tool needs input the client did not declare it can provide",
+            "This request needs input the client did not declare it can provide",
             Value::Object(missing),
         )))
     }
@@ -323,6 +352,7 @@ async fn run_here(
     let cancel = state.shutdown().child_token();
     let ctx = ToolContext::builder(arguments.clone())
         .responses(answers.clone())
+        .client_capabilities(meta.client_capabilities.clone())
         .cancellation(cancel.clone())
         .build();
     // Its own task, so a panicking handler costs one error response, not the replica.
@@ -490,6 +520,7 @@ async fn wait_for_result(
                     guard.disarm();
                     let token = state.state_keys().sign(&RequestState {
                         tool: tool.name.clone(),
+                        method: None,
                         owner: owner_digest(owner),
                         expires_ms: now_ms() + millis(state.config().request_state_ttl),
                         kind: StateKind::Task {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mcp_tasks_wire::ClientCapabilities;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +73,7 @@ struct Inner {
     attempt: u32,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -94,6 +96,7 @@ impl ToolContext {
             attempt: 1,
             cancel: CancellationToken::new(),
             sink: Arc::new(NoopSink),
+            client_capabilities: None,
         }
     }
 
@@ -129,6 +132,14 @@ impl ToolContext {
             "cancel" => Some(Elicitation::Cancel),
             _ => None,
         }
+    }
+
+    /// What the calling client declared, for a run inside the replica that received the
+    /// call (a sync-only tool), so a handler can ask only for input the client can give.
+    /// `None` in a worker: there the kinds the tool declared with
+    /// [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
+    pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
+        self.inner.client_capabilities.as_ref()
     }
 
     /// The checkpoint saved by an earlier run of this task, if any.
@@ -205,9 +216,15 @@ pub struct ToolContextBuilder {
     attempt: u32,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
+    client_capabilities: Option<ClientCapabilities>,
 }
 
 impl ToolContextBuilder {
+    pub fn client_capabilities(mut self, capabilities: ClientCapabilities) -> Self {
+        self.client_capabilities = Some(capabilities);
+        self
+    }
+
     pub fn responses(mut self, responses: Map<String, Value>) -> Self {
         self.responses = responses;
         self
@@ -248,6 +265,7 @@ impl ToolContextBuilder {
                 attempt: self.attempt,
                 cancel: self.cancel,
                 sink: self.sink,
+                client_capabilities: self.client_capabilities,
             }),
         }
     }

@@ -5,7 +5,12 @@
 //! *end-and-re-enter* model: a handler that needs input returns
 //! [`Outcome::NeedInput`]; when the answers arrive the handler is run again from the
 //! start, on any worker, with every answer so far and the last checkpoint it saved. No
-//! process ever waits on a client.
+//! process ever waits on a client. A tool declares the kinds of input it may ask for
+//! ([`InputKind`]), so a client that could not answer is refused before anything runs.
+//!
+//! Next to the tools, the registry holds a [`catalog::Catalog`] of resources, prompts and
+//! completions, put together from [`catalog::Provider`]s (a pack's fixed
+//! [`catalog::StaticProvider`], or any other source).
 //!
 //! ```no_run
 //! use mcp_tasks_tools::{ExecutionPolicy, Outcome, Tool};
@@ -23,6 +28,7 @@
 //!     .expect("valid tool");
 //! ```
 
+pub mod catalog;
 mod context;
 mod input;
 mod live;
@@ -33,7 +39,8 @@ mod tool;
 pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, ToolContextBuilder};
 pub use input::{InputRequests, validate_input_response};
 pub use live::LiveRegistry;
-pub use registry::{Registry, RegistryError, packs_tools};
+pub use registry::{Registry, RegistryError};
 pub use tool::{
-    BoxFuture, ExecutionPolicy, Outcome, Preflight, Tool, ToolBuilder, ToolError, ToolResult,
+    BoxFuture, ExecutionPolicy, InputKind, Outcome, Preflight, Tool, ToolBuilder, ToolError,
+    ToolResult,
 };

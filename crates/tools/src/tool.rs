@@ -27,6 +27,42 @@ pub enum ExecutionPolicy {
     TaskRequired,
 }
 
+/// A kind of input request a tool may make, declared up front so that a call from a
+/// client that could not answer it is refused before anything runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// `elicitation/create` in form mode.
+    FormElicitation,
+    /// `elicitation/create` in URL mode.
+    UrlElicitation,
+    /// `sampling/createMessage`.
+    Sampling,
+    /// `roots/list`.
+    Roots,
+}
+
+impl InputKind {
+    /// The method and params shape of such a request, for a capability check.
+    pub fn probe(self) -> (&'static str, Value) {
+        match self {
+            Self::FormElicitation => ("elicitation/create", json!({ "mode": "form" })),
+            Self::UrlElicitation => ("elicitation/create", json!({ "mode": "url" })),
+            Self::Sampling => ("sampling/createMessage", json!({})),
+            Self::Roots => ("roots/list", json!({})),
+        }
+    }
+
+    /// The client capability that declares it, as `requiredCapabilities` names it.
+    pub fn capability(self) -> Value {
+        match self {
+            Self::FormElicitation => json!({ "elicitation": {} }),
+            Self::UrlElicitation => json!({ "elicitation": { "url": {} } }),
+            Self::Sampling => json!({ "sampling": {} }),
+            Self::Roots => json!({ "roots": {} }),
+        }
+    }
+}
+
 /// How one run of a handler ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -102,6 +138,8 @@ pub struct Tool {
     pub required_capabilities: Option<Value>,
     /// `annotations` in `tools/list`.
     pub annotations: Option<Value>,
+    /// Kinds of input request the tool may make; a client must be able to answer each.
+    pub input_kinds: Vec<InputKind>,
     pub(crate) preflight: Option<Arc<Preflight>>,
     pub(crate) handler: Arc<HandlerFn>,
 }
@@ -131,6 +169,7 @@ impl Tool {
             ttl: Some(Duration::from_secs(3600)),
             poll_interval: Duration::from_secs(1),
             required_capabilities: None,
+            input_kinds: Vec::new(),
             preflight: None,
             handler: None,
             annotations: None,
@@ -186,6 +225,7 @@ pub struct ToolBuilder {
     ttl: Option<Duration>,
     poll_interval: Duration,
     required_capabilities: Option<Value>,
+    input_kinds: Vec<InputKind>,
     preflight: Option<Arc<Preflight>>,
     handler: Option<Arc<HandlerFn>>,
     annotations: Option<Value>,
@@ -250,6 +290,16 @@ impl ToolBuilder {
         self
     }
 
+    /// Declares a kind of input request the tool may make (in its preflight, or in any
+    /// run). Calls from clients that did not declare the matching capability are refused
+    /// with `-32021` before a task exists.
+    pub fn asks_for(mut self, kind: InputKind) -> Self {
+        if !self.input_kinds.contains(&kind) {
+            self.input_kinds.push(kind);
+        }
+        self
+    }
+
     pub fn preflight(
         mut self,
         check: impl Fn(&Value, &Map<String, Value>) -> Result<(), InputRequests> + Send + Sync + 'static,
@@ -301,6 +351,7 @@ impl ToolBuilder {
             ttl: self.ttl,
             poll_interval: self.poll_interval,
             required_capabilities: self.required_capabilities,
+            input_kinds: self.input_kinds,
             preflight: self.preflight,
             handler,
         })

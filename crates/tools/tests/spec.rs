@@ -61,7 +61,7 @@ fn our_packs_list_valid_tools() {
         ttl_ms: 60_000,
         public: true,
     };
-    let result = Value::Object(list_result("tools", tools.clone(), cache));
+    let result = Value::Object(list_result("tools", tools.clone(), None, cache));
     core.check("ListToolsResult", &result);
 }
 

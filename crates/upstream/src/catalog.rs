@@ -65,7 +65,8 @@ struct Listed {
 }
 
 struct Shared {
-    builtin: Vec<Tool>,
+    /// The process's own tools and catalog (packs, an `App`'s tools).
+    builtin: Registry,
     conns: Vec<Arc<Connection>>,
     listed: Mutex<BTreeMap<String, Listed>>,
     registry: watch::Sender<Registry>,
@@ -89,14 +90,13 @@ impl Drop for Upstreams {
 
 impl Upstreams {
     /// Connects to every upstream, waits (bounded) for their first tool lists, and checks
-    /// that no name is exposed twice. `builtin` are the process's own tools.
+    /// that no name is exposed twice. `builtin` is the process's own tools and catalog.
     pub async fn start(
         config: Config,
-        builtin: Vec<Tool>,
+        builtin: Registry,
         options: Options,
     ) -> Result<(Self, LiveRegistry), StartError> {
-        let registry =
-            Registry::new(builtin.clone()).map_err(|e| StartError::Registry(e.to_string()))?;
+        let registry = builtin.clone();
         let conns: Vec<Arc<Connection>> =
             config.upstreams.into_iter().map(Connection::new).collect();
         let shared = Arc::new(Shared {
@@ -207,7 +207,7 @@ impl Shared {
         let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
         let mut seen: BTreeMap<&str, String> = self
             .builtin
-            .iter()
+            .tools()
             .map(|t| (t.name.as_str(), "the built-in tools".to_owned()))
             .collect();
         for conn in &self.conns {
@@ -230,9 +230,9 @@ impl Shared {
             return;
         }
         let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
-        let mut tools = self.builtin.clone();
+        let mut tools = Vec::new();
         let mut names: std::collections::HashSet<String> =
-            tools.iter().map(|t| t.name.clone()).collect();
+            self.builtin.tools().map(|t| t.name.clone()).collect();
         for conn in &self.conns {
             let Some(l) = listed.get(conn.name()).filter(|l| l.reachable) else {
                 continue;
@@ -246,7 +246,7 @@ impl Shared {
             }
         }
         drop(listed);
-        match Registry::new(tools) {
+        match self.builtin.extended(tools) {
             Ok(r) => {
                 self.registry.send_replace(r);
             }

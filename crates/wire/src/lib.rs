@@ -14,6 +14,7 @@ pub mod json;
 pub mod jsonrpc;
 pub mod listen;
 pub mod meta;
+pub mod param_headers;
 pub mod results;
 pub mod secret;
 pub mod service_messages;

@@ -58,22 +58,38 @@ impl CacheHint {
     }
 }
 
-/// `DiscoverResult` without `_meta` (the server stamps it). Prompts and resources are
-/// offered (both empty) so their list methods are real; nothing offers `listChanged` or
-/// `subscribe`, since the lists never change.
-pub fn discover_result(instructions: Option<&str>, cache: CacheHint) -> Map<String, Value> {
+/// Server capabilities beyond tools, offered only when something provides them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offered {
+    pub resources: bool,
+    pub prompts: bool,
+    pub completions: bool,
+}
+
+/// `DiscoverResult` without `_meta` (the server stamps it). Tools and the Tasks extension
+/// are always offered; resources, prompts and completions when `offered` says so. Nothing
+/// offers `listChanged` or `subscribe`, since the lists never change.
+pub fn discover_result(
+    instructions: Option<&str>,
+    cache: CacheHint,
+    offered: Offered,
+) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("resultType".into(), json!("complete"));
     m.insert("supportedVersions".into(), json!(SUPPORTED_VERSIONS));
-    m.insert(
-        "capabilities".into(),
-        json!({
-            "tools": {},
-            "prompts": {},
-            "resources": {},
-            "extensions": { TASKS_EXTENSION: {} }
-        }),
-    );
+    let mut caps = Map::new();
+    caps.insert("tools".into(), json!({}));
+    for (on, name) in [
+        (offered.prompts, "prompts"),
+        (offered.resources, "resources"),
+        (offered.completions, "completions"),
+    ] {
+        if on {
+            caps.insert(name.into(), json!({}));
+        }
+    }
+    caps.insert("extensions".into(), json!({ TASKS_EXTENSION: {} }));
+    m.insert("capabilities".into(), Value::Object(caps));
     if let Some(i) = instructions {
         m.insert("instructions".into(), json!(i));
     }
@@ -82,11 +98,28 @@ pub fn discover_result(instructions: Option<&str>, cache: CacheHint) -> Map<Stri
 }
 
 /// A `tools/list`, `prompts/list`, `resources/list` or `resources/templates/list` result
-/// (`key` names the list), without `_meta`. Every item fits on the first page, so there
-/// is never a `nextCursor`.
-pub fn list_result(key: &str, items: Value, cache: CacheHint) -> Map<String, Value> {
+/// (`key` names the list), without `_meta`: one page of items, and the cursor of the
+/// next page when there is one.
+pub fn list_result(
+    key: &str,
+    items: Value,
+    next_cursor: Option<String>,
+    cache: CacheHint,
+) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert(key.into(), items);
+    if let Some(cursor) = next_cursor {
+        m.insert("nextCursor".into(), json!(cursor));
+    }
+    m.insert("resultType".into(), json!("complete"));
+    cache.apply(&mut m);
+    m
+}
+
+/// A `ReadResourceResult` without `_meta`: the contents, with cache hints.
+pub fn read_resource_result(contents: Value, cache: CacheHint) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("contents".into(), contents);
     m.insert("resultType".into(), json!("complete"));
     cache.apply(&mut m);
     m

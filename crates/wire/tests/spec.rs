@@ -7,7 +7,8 @@ mod official;
 use mcp_tasks_wire::jsonrpc::{self, Payload};
 use mcp_tasks_wire::listen;
 use mcp_tasks_wire::results::{
-    CacheHint, Implementation, discover_result, input_required_result, list_result, text_result,
+    CacheHint, Implementation, Offered, discover_result, input_required_result, list_result,
+    read_resource_result, text_result,
 };
 use mcp_tasks_wire::service_messages::EndReason;
 use mcp_tasks_wire::strict::JsonLimits;
@@ -219,8 +220,20 @@ fn discover_and_list_results_with_cache_hints_match_the_core_schema() {
             public: true,
         },
     ] {
-        for instructions in [None, Some("Call generate_report.")] {
-            let discover = stamped(discover_result(instructions, cache));
+        let everything = Offered {
+            resources: true,
+            prompts: true,
+            completions: true,
+        };
+        for (instructions, offered) in [
+            (None, Offered::default()),
+            (Some("Call generate_report."), everything),
+        ] {
+            let discover = stamped(discover_result(instructions, cache, offered));
+            assert_eq!(
+                discover["capabilities"].get("completions").is_some(),
+                offered.completions
+            );
             core.check("DiscoverResult", &discover);
             core.check("ServerCapabilities", &discover["capabilities"]);
             core.check("DiscoverResultResponse", &response(discover.clone()));
@@ -247,11 +260,17 @@ fn discover_and_list_results_with_cache_hints_match_the_core_schema() {
                 "ListResourceTemplatesResult",
             ),
         ] {
-            let list = stamped(list_result(key, items, cache));
+            let list = stamped(list_result(key, items, Some("next".into()), cache));
             core.check(definition, &list);
             core.check("CacheableResult", &list);
             core.check(&format!("{definition}Response"), &response(list));
         }
+        let read = stamped(read_resource_result(
+            json!([{ "uri": "test://x", "mimeType": "text/plain", "text": "x" }]),
+            cache,
+        ));
+        core.check("ReadResourceResult", &read);
+        core.check("CacheableResult", &read);
     }
 }
 

@@ -4,12 +4,15 @@
 //! fallback, MRTR, and a deterministic fuzz pass that must never crash a replica.
 
 mod bad_requests;
+mod catalog;
 mod creation;
 mod discovery;
 mod fuzz;
+mod input_kinds;
 mod inputs;
 mod mrtr;
 mod ownership;
+mod param_headers;
 
 use mcp_tasks_client::Exchange;
 use serde_json::{Value, json};

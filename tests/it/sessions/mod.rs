@@ -2,6 +2,7 @@
 //! or show only on their good path (negotiation per revision, refused and ended
 //! sessions, error forms, input routed by its signed id, the 2025-11-25 tasks adapter).
 
+mod catalog;
 mod input;
 mod lifecycle;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use mcp_tasks_store::{PoolConfig, Store};
-use mcp_tasks_tools::{LiveRegistry, Registry, packs_tools};
+use mcp_tasks_tools::{LiveRegistry, Registry};
 use mcp_tasks_upstream::{Config, Options as UpstreamOptions, Upstreams};
 use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_wire::secret::Secret;
@@ -74,17 +74,18 @@ impl Tools {
     pub(super) async fn load(&self) -> anyhow::Result<LoadedTools> {
         let app = crate::app::current();
         let packs = self.tools.as_deref().unwrap_or(&app.default_packs);
-        let mut tools = packs_tools(packs).context("--tools")?;
-        tools.extend(app.tools.iter().cloned());
+        let registry = Registry::from_packs(packs)
+            .context("--tools")?
+            .extended(app.tools.iter().cloned())
+            .context("tools")?;
         let Some(path) = &self.config else {
-            let registry = Registry::new(tools).context("tools")?;
             return Ok(LoadedTools {
                 registry: registry.into(),
                 _upstreams: None,
             });
         };
         let config = Config::load(path).with_context(|| format!("--config {}", path.display()))?;
-        let (upstreams, registry) = Upstreams::start(config, tools, UpstreamOptions::default())
+        let (upstreams, registry) = Upstreams::start(config, registry, UpstreamOptions::default())
             .await
             .with_context(|| format!("--config {}", path.display()))?;
         Ok(LoadedTools {

@@ -9,8 +9,10 @@ mod args;
 mod auth;
 mod bench;
 mod chaos;
+mod client;
 mod demo;
 mod dev;
+mod health;
 mod logging;
 mod migrate;
 mod serve;
@@ -22,8 +24,10 @@ use clap::{Parser, Subcommand};
 use self::args::Database;
 use self::bench::Bench;
 use self::chaos::ChaosCommand;
+use self::client::ClientCommand;
 use self::demo::DemoCommand;
 use self::dev::DevCommand;
+use self::health::HealthCommand;
 use self::logging::{LogFormat, init_logging};
 use self::serve::ServeCommand;
 use self::worker::WorkerCommand;
@@ -72,6 +76,10 @@ enum Command {
     Chaos(ChaosCommand),
     /// Run the lessons' demo sequence against a server with the `demo` tool pack.
     Demo(DemoCommand),
+    #[command(flatten)]
+    Client(ClientCommand),
+    /// Exit 0 when a replica's `/readyz` answers 200 (the container health check).
+    Health(HealthCommand),
 }
 
 pub fn main() -> std::process::ExitCode {
@@ -93,6 +101,9 @@ pub fn main() -> std::process::ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(exit) = e.downcast_ref::<client::Exited>() {
+                return exit.code();
+            }
             tracing::error!("{e:#}");
             eprintln!("mcp-tasks: {e:#}");
             std::process::ExitCode::FAILURE
@@ -101,7 +112,11 @@ pub fn main() -> std::process::ExitCode {
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
-    let shutdown = shutdown::shutdown_on_signal();
+    // The client commands answer Ctrl-C themselves (cancel the task or detach).
+    let shutdown = match &command {
+        Command::Client(_) => tokio_util::sync::CancellationToken::new(),
+        _ => shutdown::shutdown_on_signal(),
+    };
     match command {
         Command::Migrate(database) => migrate::run(database).await,
         Command::Serve(command) => serve::run(command, shutdown).await,
@@ -110,5 +125,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(bench) => bench::run(bench).await,
         Command::Chaos(command) => chaos::run(command, shutdown).await,
         Command::Demo(command) => demo::run(command).await,
+        Command::Client(command) => client::run(command).await,
+        Command::Health(command) => health::run(command).await,
     }
 }

@@ -110,18 +110,33 @@ where
             let meta = session.meta(&request.params);
             delegate(meta, request)
                 .await
-                .map(|reply| adapt(state, &session, &method, reply))
+                .and_then(|reply| adapt(state, &session, &method, reply))
         }
     };
     outcome.map_err(in_revision)
 }
 
 /// A 2026-07-28 method's answer in the session's revision: no `resultType`, and at
-/// 2025-11-25 each tool says whether it runs as a task.
-fn adapt(state: &AppState, session: &Session, method: &str, reply: Reply) -> Reply {
+/// 2025-11-25 each tool says whether it runs as a task. MRTR is not in these revisions,
+/// so a prompt or resource that needs input first is an error here.
+fn adapt(
+    state: &AppState,
+    session: &Session,
+    method: &str,
+    reply: Reply,
+) -> Result<Reply, RpcError> {
     let Reply::Result(Value::Object(result)) = reply else {
-        return reply;
+        return Ok(reply);
     };
+    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        return Err(RpcError::method(ErrorObject::new(
+            mcp_tasks_wire::codes::INVALID_REQUEST,
+            format!(
+                "{method} needs input first, which a {} session cannot provide; use protocol 2026-07-28",
+                session.revision
+            ),
+        )));
+    }
     let mut result = shapes::result(result);
     if method == "tools/list"
         && session.revision.has_tasks()
@@ -144,7 +159,7 @@ fn adapt(state: &AppState, session: &Session, method: &str, reply: Reply) -> Rep
             }
         }
     }
-    Reply::Result(Value::Object(result))
+    Ok(Reply::Result(Value::Object(result)))
 }
 
 /// Errors as the 2025 transport carries them: a JSON-RPC error is an HTTP 200 response

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::{Elicitation, ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolResult};
+use crate::{
+    Elicitation, ExecutionPolicy, InputKind, InputRequests, Outcome, Tool, ToolContext, ToolResult,
+};
 
 pub(super) fn tools() -> Result<Vec<Tool>, String> {
     Ok(vec![
@@ -31,7 +33,10 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
                 },
                 "additionalProperties": false
             }))
+            // Task-optional although it asks for input: clients without the Tasks
+            // extension answer through MRTR on the retried call.
             .policy(ExecutionPolicy::TaskOptional)
+            .asks_for(InputKind::FormElicitation)
             .ttl(Some(Duration::from_secs(15 * 60)))
             .poll_interval(Duration::from_millis(500))
             .handler(generate_report)

@@ -3,17 +3,27 @@
 mod conformance;
 mod demo;
 
+use crate::catalog::StaticProvider;
 use crate::{RegistryError, Tool};
+
+/// What one pack brings: tools, and perhaps resources, prompts and completions.
+pub struct Pack {
+    pub tools: Vec<Tool>,
+    pub provider: Option<StaticProvider>,
+}
 
 /// Every pack name `--tools` accepts.
 pub const NAMES: &[&str] = &["demo", "conformance"];
 
-/// The tools of one pack, or `None` for an unknown name.
-pub fn pack(name: &str) -> Option<Result<Vec<Tool>, RegistryError>> {
-    let tools = match name {
-        "demo" => demo::tools(),
-        "conformance" => conformance::tools(),
+/// One pack, or `None` for an unknown name.
+pub fn pack(name: &str) -> Option<Result<Pack, RegistryError>> {
+    let pack = match name {
+        "demo" => demo::tools().map(|tools| Pack {
+            tools,
+            provider: None,
+        }),
+        "conformance" => conformance::pack(),
         _ => return None,
     };
-    Some(tools.map_err(RegistryError::InvalidTool))
+    Some(pack.map_err(RegistryError::InvalidTool))
 }

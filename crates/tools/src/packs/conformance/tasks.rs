@@ -1,15 +1,14 @@
-//! The fixtures the official MCP conformance suite calls (see `../shared/spec/WIRE.md`
-//! §5.3), plus the diagnostics of its `server-stateless` scenario.
-//!
-//! Order matters: the suite's header probes call the *first* listed tool with `{}` and no
-//! Tasks extension, so the first tool must succeed on that.
+//! The Tasks extension's fixtures (`../shared/spec/WIRE.md` §5.3) and the diagnostics of
+//! the suite's `server-stateless` scenario.
 
 use std::time::Duration;
 
 use mcp_tasks_wire::ErrorObject;
 use serde_json::{Value, json};
 
-use crate::{ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError, ToolResult};
+use crate::{
+    ExecutionPolicy, InputKind, InputRequests, Outcome, Tool, ToolContext, ToolError, ToolResult,
+};
 
 pub(super) fn tools() -> Result<Vec<Tool>, String> {
     let no_args = || json!({ "type": "object", "properties": {} });
@@ -79,13 +78,17 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
                 "required": ["filename"]
             }))
             .policy(ExecutionPolicy::TaskOptional)
+            .asks_for(InputKind::FormElicitation)
             .poll_interval(Duration::from_millis(500))
             .handler(confirm_delete)
             .build()?,
         Tool::builder("multi_input")
             .description("Asks for two inputs at once; they may be answered one at a time.")
             .input_schema(no_args())
-            .policy(ExecutionPolicy::TaskRequired)
+            // Needing input does not make a tool task-required: without the Tasks
+            // extension both requests come back through MRTR.
+            .policy(ExecutionPolicy::TaskOptional)
+            .asks_for(InputKind::FormElicitation)
             .poll_interval(Duration::from_millis(500))
             .handler(multi_input)
             .build()?,
@@ -93,6 +96,7 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
             .description("Asks for a name before creating a task (MRTR), then greets in the task.")
             .input_schema(no_args())
             .policy(ExecutionPolicy::TaskOptional)
+            .asks_for(InputKind::FormElicitation)
             .poll_interval(Duration::from_millis(500))
             .preflight(|_args, responses| {
                 if responses.contains_key("user_name") {
@@ -131,6 +135,7 @@ pub(super) fn tools() -> Result<Vec<Tool>, String> {
             .description("Asks for input through MRTR (resultType input_required), never with a server-to-client request.")
             .input_schema(no_args())
             .policy(ExecutionPolicy::SyncOnly)
+            .asks_for(InputKind::FormElicitation)
             .handler(|ctx| async move {
                 match ctx.response("feedback") {
                     Some(answer) => Ok(Outcome::text(format!(
