@@ -51,8 +51,6 @@ pub enum StartError {
         first: String,
         second: String,
     },
-    #[error("{0}")]
-    Registry(String),
 }
 
 /// What one upstream currently contributes.
