@@ -24,6 +24,7 @@ mod connections;
 mod harness;
 mod oauth;
 mod oauth_suite;
+mod observe;
 mod processes;
 mod properties;
 mod protocol;

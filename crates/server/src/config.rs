@@ -99,6 +99,8 @@ pub struct ServerConfig {
     /// Set when tokens are required: published as RFC 9728 metadata and named in
     /// `WWW-Authenticate` challenges.
     pub protected_resource: Option<crate::ProtectedResource>,
+    /// The process's metrics, served on `GET /metrics`; `None` answers 404 there.
+    pub metrics: Option<mcp_tasks_observe::Metrics>,
 }
 
 impl ServerConfig {
@@ -129,6 +131,7 @@ impl ServerConfig {
             max_tasks_in_flight: 1000,
             rate_limit: Some(crate::RateLimit::default()),
             connections: crate::ConnectionConfig::default(),
+            metrics: None,
         }
     }
 }

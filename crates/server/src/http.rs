@@ -14,6 +14,8 @@ use mcp_tasks_wire::{ClientResponse, ErrorObject, Incoming, RequestId, strict};
 use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
+use mcp_tasks_observe::record as observe;
+
 use crate::auth::AuthError;
 use crate::error::RpcError;
 use crate::{AppState, dispatch, session};
@@ -23,6 +25,7 @@ pub fn router(state: AppState) -> Router {
         .route("/mcp", any(mcp))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route(
             "/.well-known/oauth-protected-resource",
             get(resource_metadata),
@@ -74,6 +77,19 @@ fn unauthorized(state: &AppState, error: &AuthError) -> Response {
     response
 }
 
+/// Prometheus metrics. No tenant, principal or task appears in them, only counts by
+/// method, tool, status and outcome; operators keep the path off the public load
+/// balancer all the same (see the README's *Observe*).
+async fn metrics(State(state): State<AppState>) -> Response {
+    match &state.config().metrics {
+        Some(metrics) => {
+            observe::listen_streams(state.open_streams());
+            mcp_tasks_observe::metrics_response(metrics).await
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 async fn healthz() -> impl IntoResponse {
     axum::Json(json!({ "status": "alive" }))
 }
@@ -106,6 +122,9 @@ fn not_ready(reason: &str) -> Response {
 
 /// The MCP endpoint. Only POST carries messages; `DELETE` ends a 2025-era client's
 /// session. There is no GET stream (405, which the 2025 transport allows).
+///
+/// Each request gets a server span (continuing the caller's `traceparent`) and is
+/// counted by JSON-RPC method and outcome.
 async fn mcp(
     State(state): State<AppState>,
     method: Method,
@@ -113,10 +132,68 @@ async fn mcp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "http.request",
+        otel.name = %format!("{method} /mcp"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = "/mcp",
+        url.path = "/mcp",
+        network.protocol.version = ?version,
+        http.response.status_code = tracing::field::Empty,
+    );
+    mcp_tasks_observe::otel::continue_trace(&span, &HeaderCarrier(&headers));
+    let mut label = "none";
+    let response = tracing::Instrument::instrument(
+        serve_mcp(state, method, version, headers, body, &mut label),
+        span.clone(),
+    )
+    .await;
+    let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    let outcome = if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+        observe::Outcome::Unavailable
+    } else if status.is_client_error() || response.extensions().get::<RpcFailed>().is_some() {
+        observe::Outcome::Error
+    } else {
+        observe::Outcome::Ok
+    };
+    observe::http_request(label, outcome, started.elapsed());
+    response
+}
+
+/// Marks an answer that carries a JSON-RPC error (some travel with HTTP 200).
+#[derive(Debug, Clone, Copy)]
+struct RpcFailed;
+
+struct HeaderCarrier<'a>(&'a HeaderMap);
+
+impl opentelemetry::propagation::Extractor for HeaderCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+async fn serve_mcp(
+    state: AppState,
+    method: Method,
+    version: Version,
+    headers: HeaderMap,
+    body: Body,
+    label: &mut &'static str,
+) -> Response {
     // One deadline from the head to the answer (a listen stream's frames come after).
     let limits = &state.config().connections;
     let deadline = Instant::now() + limits.request_timeout;
     if method == Method::DELETE && session::named(&headers) {
+        *label = "session/delete";
         return delete_session(&state, &headers).await;
     }
     if method != Method::POST {
@@ -237,6 +314,7 @@ async fn mcp(
     let in_session = session::named(&headers);
     // A client's answer to a request the server sent (2025-era sessions only).
     if in_session && let Some(response) = ClientResponse::from_value(&message) {
+        *label = "response";
         let outcome = match response {
             Ok(response) => session::on_response(&state, &owner, &headers, response).await,
             Err(EnvelopeError { error, .. }) => Err(RpcError::protocol(error)),
@@ -252,6 +330,7 @@ async fn mcp(
         // client to server over HTTP, so any that arrive are accepted and dropped; in a
         // 2025-era session they are accepted once the session checks out.
         Ok(Incoming::Notification(n)) => {
+            *label = "notification";
             if in_session
                 && let Err(e) = session::on_notification(&state, &owner, &headers, &n).await
             {
@@ -266,12 +345,18 @@ async fn mcp(
     };
 
     let id = request.id.clone();
+    *label = mcp_tasks_observe::names::method_label(&request.method);
     let span = tracing::info_span!(
         "mcp.request",
         method = %request.method,
         id = %id,
         tenant = %owner.tenant,
         principal = %owner.principal,
+        otel.name = *label,
+        rpc.system = "jsonrpc",
+        rpc.method = *label,
+        rpc.jsonrpc.version = "2.0",
+        mcp.method.name = *label,
     );
     let outcome = tracing::Instrument::instrument(
         timeout_at(
@@ -310,6 +395,7 @@ fn error_response(id: Option<&RequestId>, e: RpcError) -> Response {
     );
     tracing::debug!(message = %error.message, "request failed");
     let mut response = json_response(status, error_body(id, &error));
+    response.extensions_mut().insert(RpcFailed);
     if let Some(seconds) = retry_after {
         response
             .headers_mut()

@@ -350,15 +350,23 @@ async fn run_here(
     answers: Map<String, Value>,
 ) -> Result<Map<String, Value>, RpcError> {
     let cancel = state.shutdown().child_token();
+    let trace_context = mcp_tasks_observe::otel::span_context(&tracing::Span::current())
+        .map(|c| c.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
+        .unwrap_or_default();
     let ctx = ToolContext::builder(arguments.clone())
         .responses(answers.clone())
+        .trace_context(trace_context)
         .client_capabilities(meta.client_capabilities.clone())
         .cancellation(cancel.clone())
         .build();
     // Its own task, so a panicking handler costs one error response, not the replica.
     // Aborted when this request ends (answered, timed out, or the client went away), and
     // tracked, so the replica never exits with a handler still running.
-    let mut run = AbortOnDropHandle::new(state.tracker().spawn(tool.run(ctx)));
+    let mut run = AbortOnDropHandle::new(
+        state
+            .tracker()
+            .spawn(tracing::Instrument::in_current_span(tool.run(ctx))),
+    );
     let limit = state.config().sync_tool_timeout;
     let outcome = match tokio::time::timeout(limit, &mut run).await {
         Ok(Ok(outcome)) => outcome,

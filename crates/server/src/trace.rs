@@ -22,9 +22,13 @@ impl Extractor for Headers<'_> {
     }
 }
 
-/// The trace context to store with a task: a child of the caller's `traceparent` when it
-/// sent a valid one, otherwise a new trace.
+/// The trace context to store with a task: the current span's (the `tools/call` being
+/// served) when traces are exported; otherwise a child of the caller's `traceparent`
+/// when it sent a valid one, or a new trace.
 pub(crate) fn for_request(headers: &HeaderMap) -> Value {
+    if let Some(own) = mcp_tasks_observe::otel::span_context(&tracing::Span::current()) {
+        return json!(own);
+    }
     let propagator = TraceContextPropagator::new();
     let parent = propagator.extract(&Headers(headers));
     let parent = parent.span().span_context().clone();

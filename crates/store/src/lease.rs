@@ -5,6 +5,7 @@ use mcp_tasks_wire::{ErrorObject, service_messages};
 use serde_json::{Map, Value};
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
+use time::OffsetDateTime;
 
 use crate::client_ops::finish_columns;
 use crate::record::TaskRow;
@@ -66,6 +67,8 @@ pub struct Claimed {
     pub task: TaskRecord,
     /// The previous holder's lease lapsed: its worker was lost.
     pub reclaimed: bool,
+    /// Since when the task was claimable (for the pickup delay).
+    pub runnable_since: OffsetDateTime,
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -73,6 +76,7 @@ struct ClaimedRow {
     #[sqlx(flatten)]
     row: TaskRow,
     reclaimed: bool,
+    runnable_since: OffsetDateTime,
 }
 
 /// A lease that is still held after a heartbeat.
@@ -132,7 +136,8 @@ impl Store {
         let rows: Vec<ClaimedRow> = sqlx::query_as(
             r"
             WITH candidates AS MATERIALIZED (
-                SELECT tenant, principal, id, lease_owner AS previous_owner
+                SELECT tenant, principal, id, lease_owner AS previous_owner,
+                    run_after AS runnable_since
                 FROM tasks
                 WHERE status = 'working'
                   AND run_after <= now()
@@ -155,7 +160,7 @@ impl Store {
                 version = t.version + 1
             FROM candidates c
             WHERE t.tenant = c.tenant AND t.principal = c.principal AND t.id = c.id
-            RETURNING t.*, c.previous_owner IS NOT NULL AS reclaimed
+            RETURNING t.*, c.previous_owner IS NOT NULL AS reclaimed, c.runnable_since
             ",
         )
         .bind(worker)
@@ -178,6 +183,7 @@ impl Store {
                     },
                     task,
                     reclaimed: r.reclaimed,
+                    runnable_since: r.runnable_since,
                 })
             })
             .collect()

@@ -21,6 +21,7 @@ mod notify;
 mod queue;
 mod record;
 mod sessions;
+mod stats;
 mod watch;
 
 use std::time::Duration;
@@ -38,6 +39,7 @@ pub use maintenance::MaintenanceReport;
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use sessions::Revocation;
+pub use stats::{PoolStats, TaskStats};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

@@ -71,6 +71,7 @@ struct Inner {
     checkpoint: Option<Value>,
     task_id: Option<String>,
     attempt: u32,
+    trace_context: Map<String, Value>,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
     client_capabilities: Option<ClientCapabilities>,
@@ -94,6 +95,7 @@ impl ToolContext {
             checkpoint: None,
             task_id: None,
             attempt: 1,
+            trace_context: Map::new(),
             cancel: CancellationToken::new(),
             sink: Arc::new(NoopSink),
             client_capabilities: None,
@@ -157,6 +159,18 @@ impl ToolContext {
         self.inner.attempt
     }
 
+    /// The W3C trace context of this run (`traceparent`, and `tracestate` when there is
+    /// one): what a tool passes on to the services it calls, so their spans join the
+    /// trace of the `tools/call` that created the task. Empty when there is none.
+    pub fn trace_context(&self) -> &Map<String, Value> {
+        &self.inner.trace_context
+    }
+
+    /// The `traceparent` of this run, to send as that header.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.inner.trace_context.get("traceparent")?.as_str()
+    }
+
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()
     }
@@ -214,6 +228,7 @@ pub struct ToolContextBuilder {
     checkpoint: Option<Value>,
     task_id: Option<String>,
     attempt: u32,
+    trace_context: Map<String, Value>,
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
     client_capabilities: Option<ClientCapabilities>,
@@ -245,6 +260,11 @@ impl ToolContextBuilder {
         self
     }
 
+    pub fn trace_context(mut self, context: Map<String, Value>) -> Self {
+        self.trace_context = context;
+        self
+    }
+
     pub fn cancellation(mut self, token: CancellationToken) -> Self {
         self.cancel = token;
         self
@@ -263,6 +283,7 @@ impl ToolContextBuilder {
                 checkpoint: self.checkpoint,
                 task_id: self.task_id,
                 attempt: self.attempt,
+                trace_context: self.trace_context,
                 cancel: self.cancel,
                 sink: self.sink,
                 client_capabilities: self.client_capabilities,

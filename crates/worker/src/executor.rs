@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mcp_tasks_observe::otel;
+use mcp_tasks_observe::record as observe;
 use mcp_tasks_store::{Claimed, Finish, InputOutcome, Lease, Store};
 use mcp_tasks_tools::{
     BoxFuture, ContextError, Outcome, TaskSink, ToolContext, ToolError, ToolResult,
@@ -19,6 +21,9 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use crate::{Running, Shared, StopReason};
+
+/// The outcome of a run whose lease was lost: nothing it did was recorded.
+const LOST: &str = "lost";
 
 /// Status messages longer than this are cut; they are for humans.
 const MAX_STATUS_CHARS: usize = 1000;
@@ -48,15 +53,32 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
     }
     let span = tracing::info_span!(
         "task.run",
-        task = %lease.id,
+        task_id = %lease.id,
         tool = %claimed.task.tool,
         attempt = claimed.task.attempt,
         trace_id = %trace_id(claimed.task.trace_context.as_ref()),
+        otel.kind = "consumer",
+        otel.name = %format!("task.run {}", claimed.task.tool),
     );
+    // The run belongs to the trace of the request that created the task, however long
+    // ago and on whichever replica that was.
+    otel::continue_stored_trace(&span, claimed.task.trace_context.as_ref());
+    let pickup = (time::OffsetDateTime::now_utc() - claimed.runnable_since)
+        .try_into()
+        .unwrap_or_default();
+    observe::task_claimed(pickup, claimed.reclaimed);
     let shared2 = shared.clone();
+    let tool = claimed.task.tool.clone();
     let handle = shared.tracker.spawn(
         async move {
-            run(&shared2, claimed, cancel, reason).await;
+            let started = std::time::Instant::now();
+            let outcome = run(&shared2, claimed, cancel, reason).await;
+            observe::task_run(&tool, outcome, started.elapsed());
+            // However it was found out (a heartbeat, a refused write), the run ended
+            // because its lease was no longer this worker's.
+            if outcome == LOST {
+                observe::lease_lapsed();
+            }
             let mut running = shared2.running.lock().unwrap_or_else(|e| e.into_inner());
             // Only this run's entry: a newer lease of the same task may have replaced it.
             if running
@@ -92,16 +114,18 @@ fn trace_id(context: Option<&Value>) -> &str {
         .unwrap_or("-")
 }
 
+/// One run; returns how it ended, for `mcp_tasks_task_duration_seconds{outcome}`.
 async fn run(
     shared: &Shared,
     claimed: Claimed,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<StopReason>>>,
-) {
+) -> &'static str {
     let Claimed {
         lease,
         task,
         reclaimed,
+        ..
     } = claimed;
     if reclaimed {
         tracing::warn!("reclaimed after the previous worker's lease lapsed");
@@ -118,8 +142,7 @@ async fn run(
             codes::INTERNAL_ERROR,
             format!("Tool {:?} is not available on the workers", task.tool),
         );
-        record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
-        return;
+        return record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
     };
 
     if reclaimed && !tool.idempotent {
@@ -134,8 +157,7 @@ async fn run(
         )
         .with_data(serde_json::json!({ "reason": "WORKER_LOST_NOT_IDEMPOTENT" }));
         tracing::warn!("a lost run of a non-idempotent tool: failed, not run again");
-        record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
-        return;
+        return record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
     }
 
     let ctx = ToolContext::builder(task.arguments)
@@ -143,6 +165,7 @@ async fn run(
         .checkpoint(task.checkpoint)
         .task_id(lease.id.to_string())
         .attempt(u32::try_from(task.attempt).unwrap_or(1))
+        .trace_context(handler_trace_context(task.trace_context))
         .cancellation(cancel.clone())
         .sink(Arc::new(LeaseSink {
             store: store.clone(),
@@ -170,7 +193,7 @@ async fn run(
 
     if stop == Some(StopReason::LeaseLost) {
         tracing::warn!("lease lost; this run's outcome is discarded");
-        return;
+        return LOST;
     }
     let finish = match outcome {
         Some(Ok(Outcome::Complete(mut result))) => {
@@ -198,7 +221,7 @@ async fn run(
                 match request_input(shared, &lease, &requests).await {
                     Some(InputOutcome::Applied) => {
                         tracing::info!(keys = requests.len(), "waiting for input");
-                        return;
+                        return "input_required";
                     }
                     Some(InputOutcome::CancelRequested) => Finish::Cancelled,
                     Some(InputOutcome::KeyReused(keys)) => Finish::Failed(ErrorObject::new(
@@ -211,7 +234,7 @@ async fn run(
                     )),
                     Some(InputOutcome::Stale) | None => {
                         tracing::warn!("lease lost before the input request was recorded");
-                        return;
+                        return LOST;
                     }
                 }
             }
@@ -236,12 +259,12 @@ async fn run(
                     ),
                     _ => tracing::warn!("could not release; the lease will lapse instead"),
                 }
-                return;
+                return "released";
             }
             // The handler said it lost the task (its writes were refused).
             Some(StopReason::LeaseLost) | None => {
                 tracing::warn!("run interrupted without a reason; outcome discarded");
-                return;
+                return LOST;
             }
         },
     };
@@ -251,7 +274,22 @@ async fn run(
         Finish::Failed(_) => "Failed",
         Finish::Cancelled => EndReason::CancelledByClient.status_message(),
     };
-    record(shared, &lease, finish, Some(message)).await;
+    record(shared, &lease, finish, Some(message)).await
+}
+
+/// What the handler passes on: the execution span's own context when traces are
+/// exported (so the services it calls are children of this run), else the stored one.
+fn handler_trace_context(stored: Option<Value>) -> serde_json::Map<String, Value> {
+    if let Some(own) = otel::span_context(&tracing::Span::current()) {
+        return own
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+    }
+    match stored {
+        Some(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    }
 }
 
 fn flatten(joined: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
@@ -264,7 +302,13 @@ fn flatten(joined: Result<ToolResult, tokio::task::JoinError>) -> ToolResult {
     })
 }
 
-async fn record(shared: &Shared, lease: &Lease, finish: Finish, message: Option<&'static str>) {
+/// Records how the run ended; returns the outcome label (`lost` when it was not written).
+async fn record(
+    shared: &Shared,
+    lease: &Lease,
+    finish: Finish,
+    message: Option<&'static str>,
+) -> &'static str {
     let store = &shared.store;
     let status = match &finish {
         Finish::Completed(_) => "completed",
@@ -278,15 +322,24 @@ async fn record(shared: &Shared, lease: &Lease, finish: Finish, message: Option<
     })
     .await;
     match written {
-        Some(true) => tracing::info!(status, "finished"),
-        Some(false) => tracing::warn!(
-            status,
-            "lease lost before the outcome was recorded; discarded"
-        ),
-        None => tracing::error!(
-            status,
-            "could not record the outcome; the lease will lapse and the task run again"
-        ),
+        Some(true) => {
+            tracing::info!(status, "finished");
+            status
+        }
+        Some(false) => {
+            tracing::warn!(
+                status,
+                "lease lost before the outcome was recorded; discarded"
+            );
+            LOST
+        }
+        None => {
+            tracing::error!(
+                status,
+                "could not record the outcome; the lease will lapse and the task run again"
+            );
+            LOST
+        }
     }
 }
 

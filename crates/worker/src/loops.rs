@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_tasks_observe::record as observe;
 use mcp_tasks_store::{Event, EventKind, EventsConfig, TaskId};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -112,7 +113,7 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     if !alive.contains(&lease.id)
                         && shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost)
                     {
-                        tracing::warn!(task = %lease.id, "lease lost; stopping the run");
+                        tracing::warn!(task_id = %lease.id, "lease lost; stopping the run");
                     }
                 }
                 for reply in replies.iter().filter(|r| r.cancel_requested) {
@@ -203,11 +204,14 @@ pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken
             report_waiting(&shared).await;
         }
         match shared.store.rescue_lapsed(config.maintenance_batch).await {
-            Ok(r) if r.failed + r.cancelled > 0 => tracing::warn!(
-                failed = r.failed,
-                cancelled = r.cancelled,
-                "finished tasks whose workers were lost and which may not run again"
-            ),
+            Ok(r) if r.failed + r.cancelled > 0 => {
+                observe::crash_recovered(r.failed);
+                tracing::warn!(
+                    failed = r.failed,
+                    cancelled = r.cancelled,
+                    "finished tasks whose workers were lost and which may not run again"
+                )
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "lease rescue failed"),
         }

@@ -1,7 +1,8 @@
-//! Log set-up: one subscriber on stderr, text or JSON.
+//! Log set-up: one subscriber on stderr, text or JSON, and trace export when the
+//! `OTEL_*` variables ask for it.
 
-use anyhow::Context;
 use clap::ValueEnum;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(super) enum LogFormat {
@@ -9,14 +10,15 @@ pub(super) enum LogFormat {
     Json,
 }
 
-pub(super) fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).context("MCP_TASKS_LOG")?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    }
-    .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+pub(super) fn init_logging(
+    filter: &str,
+    format: LogFormat,
+    provider: Option<&SdkTracerProvider>,
+) -> anyhow::Result<()> {
+    let format = match format {
+        LogFormat::Text => mcp_tasks_observe::logs::LogFormat::Text,
+        LogFormat::Json => mcp_tasks_observe::logs::LogFormat::Json,
+    };
+    mcp_tasks_observe::logs::init(filter, format, provider)
+        .map_err(|e| anyhow::anyhow!("MCP_TASKS_LOG: {e}"))
 }

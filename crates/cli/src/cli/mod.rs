@@ -84,10 +84,6 @@ enum Command {
 
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = init_logging(&cli.log, cli.log_format) {
-        eprintln!("mcp-tasks: {e:#}");
-        return std::process::ExitCode::from(2);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -98,7 +94,31 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    // The gRPC exporter needs the runtime around it when it is built.
+    let provider = {
+        let _inside = runtime.enter();
+        mcp_tasks_observe::otel::provider_from_env()
+    };
+    let provider = match provider {
+        Ok(provider) => provider,
+        Err(e) => {
+            eprintln!("mcp-tasks: trace export: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Err(e) = init_logging(&cli.log, cli.log_format, provider.as_ref()) {
+        eprintln!("mcp-tasks: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let outcome = runtime.block_on(run(cli.command));
+    // Spans still buffered are sent before the process exits (the runtime, which the
+    // gRPC exporter runs on, is still up).
+    if let Some(provider) = provider
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("mcp-tasks: trace export: {e}");
+    }
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             if let Some(exit) = e.downcast_ref::<client::Exited>() {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use mcp_tasks_observe::Metrics;
 use mcp_tasks_server::{
     AllowedHosts, AppState, ConnectionConfig, RateLimit, ServerConfig, StateKeys,
 };
@@ -33,8 +34,16 @@ pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> a
     if command.migrate {
         store.migrate().await.context("migrating")?;
     }
+    let metrics = super::worker::install_metrics(&store)?;
     let tools = command.tools.load().await?;
-    serve(store, tools.registry.clone(), &command.server, shutdown).await
+    serve(
+        store,
+        tools.registry.clone(),
+        &command.server,
+        Some(metrics),
+        shutdown,
+    )
+    .await
 }
 
 #[derive(Debug, Args)]
@@ -200,10 +209,12 @@ pub(super) async fn serve(
     store: Store,
     registry: LiveRegistry,
     args: &ServerArgs,
+    metrics: Option<Metrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (auth, protected_resource) = args.auth.authenticator(args.listen).await?;
     let mut config = args.config();
+    config.metrics = metrics;
     if config.connections.request_timeout <= config.sync_wait {
         bail!(
             "MCP_TASKS_REQUEST_TIMEOUT_MS ({} ms) must be longer than MCP_TASKS_SYNC_WAIT_MS ({} ms), or every wait for a task would be cut short",

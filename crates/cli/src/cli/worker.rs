@@ -1,8 +1,12 @@
 //! `mcp-tasks worker`: claims and runs tasks.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
+use mcp_tasks_observe::Metrics;
+use mcp_tasks_store::Store;
 use mcp_tasks_worker::WorkerConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +24,23 @@ pub(super) struct WorkerCommand {
 
 pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
     let store = command.database.connect().await?;
+    let metrics = match command.worker.metrics_listen {
+        Some(_) => install_metrics(&store)?,
+        None => return worker(store, &command, shutdown).await,
+    };
+    with_metrics_listener(
+        command.worker.metrics_listen,
+        metrics,
+        worker(store.clone(), &command, shutdown),
+    )
+    .await?
+}
+
+async fn worker(
+    store: Store,
+    command: &WorkerCommand,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let tools = command.tools.load().await?;
     mcp_tasks_worker::run(
         store,
@@ -29,6 +50,40 @@ pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> 
     )
     .await?;
     Ok(())
+}
+
+/// The process's metrics registry, sampling the task table through `store` at scrapes.
+pub(super) fn install_metrics(store: &Store) -> anyhow::Result<Metrics> {
+    let metrics = Metrics::install()
+        .map_err(anyhow::Error::msg)
+        .context("installing the metrics recorder")?;
+    Ok(metrics.with_store(store.clone()))
+}
+
+/// Runs `work` with `GET /metrics` served on `listen` (when set) until `work` is done.
+pub(super) async fn with_metrics_listener<T>(
+    listen: Option<SocketAddr>,
+    metrics: Metrics,
+    work: impl Future<Output = T>,
+) -> anyhow::Result<T> {
+    let Some(addr) = listen else {
+        return Ok(work.await);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for metrics"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(addr = %bound, "metrics on http://{bound}/metrics");
+    let stop = CancellationToken::new();
+    let serving = mcp_tasks_observe::serve_metrics(listener, metrics, stop.clone());
+    let working = async {
+        let done = work.await;
+        stop.cancel();
+        done
+    };
+    let (done, served) = tokio::join!(working, serving);
+    served.context("serving metrics")?;
+    Ok(done)
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +104,9 @@ pub(super) struct WorkerArgs {
     /// Worker id recorded as lease owner (default: host-pid-random).
     #[arg(long, env = "MCP_TASKS_WORKER_ID")]
     worker_id: Option<String>,
+    /// Address to serve Prometheus metrics on (GET /metrics); none when unset.
+    #[arg(long, env = "MCP_TASKS_METRICS_LISTEN")]
+    pub(super) metrics_listen: Option<SocketAddr>,
 }
 
 impl WorkerArgs {

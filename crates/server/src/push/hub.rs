@@ -136,6 +136,10 @@ impl Inner {
             };
             match found.remove(id) {
                 Some(record) if record.version > entry.version => {
+                    // Measured against the database's clock (`updated_at`): the time
+                    // from the change to the replica knowing it, notification or not.
+                    let lag = time::OffsetDateTime::now_utc() - record.updated_at;
+                    mcp_tasks_observe::record::notification_lag(lag.try_into().unwrap_or_default());
                     entry.version = record.version;
                     entry
                         .tx

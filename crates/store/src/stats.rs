@@ -1,0 +1,98 @@
+//! What the metrics read: cheap aggregates over live work, never a scan of finished
+//! tasks (which can be millions).
+
+use std::time::Duration;
+
+use crate::{DbResult, Result, Store};
+
+/// Connections of the pool, now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Handed out to a statement.
+    pub active: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
+/// Tasks by status and the claimable queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskStats {
+    /// `working` and `input_required` counted exactly (through `tasks_in_flight`, which
+    /// holds live tasks only); `completed`, `failed` and `cancelled` as the planner
+    /// estimates them (`pg_stats` and `reltuples`, kept by autovacuum's ANALYZE), absent
+    /// while the table has never been analyzed.
+    pub by_status: Vec<(String, f64)>,
+    /// Tasks a worker could claim now (`tasks_claimable`: working, runnable, no lease).
+    pub queue_depth: i64,
+    /// How long the oldest of them has been claimable; zero when there is none.
+    pub queue_oldest_age: Duration,
+}
+
+impl Store {
+    pub fn pool_stats(&self) -> PoolStats {
+        let open = self.pool().size();
+        let idle = u32::try_from(self.pool().num_idle()).unwrap_or(u32::MAX);
+        PoolStats {
+            active: open.saturating_sub(idle),
+            idle,
+            max: self.max_connections(),
+        }
+    }
+
+    #[tracing::instrument(name = "db.stats.tasks", skip_all, err(level = "debug"))]
+    pub async fn task_stats(&self) -> Result<TaskStats> {
+        // Each subquery walks a partial index of live work only: `tasks_claimable`
+        // (working) or `tasks_in_flight` (unfinished).
+        let (queue_depth, oldest_ms, working, input_required): (i64, f64, i64, i64) =
+            sqlx::query_as(
+                r"
+                SELECT
+                    (SELECT count(*) FROM tasks
+                     WHERE status = 'working' AND run_after <= now()),
+                    (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(run_after)) * 1000, 0)::float8
+                     FROM tasks WHERE status = 'working' AND run_after <= now()),
+                    (SELECT count(*) FROM tasks WHERE status = 'working'),
+                    (SELECT count(*) FROM tasks
+                     WHERE finished_at IS NULL AND status = 'input_required')
+                ",
+            )
+            .fetch_one(self.pool())
+            .await
+            .db()?;
+        let mut by_status = vec![
+            ("working".to_owned(), working as f64),
+            ("input_required".to_owned(), input_required as f64),
+        ];
+        let estimated: Vec<(String, f64)> = sqlx::query_as(
+            r"
+            SELECT v.status, (v.freq * c.reltuples)::float8
+            FROM pg_class c
+            JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = 'tasks'
+                AND s.attname = 'status'
+            CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
+                AS v(status, freq)
+            WHERE c.oid = 'tasks'::regclass AND c.reltuples >= 0
+              AND v.status IN ('completed', 'failed', 'cancelled')
+            ",
+        )
+        .fetch_all(self.pool())
+        .await
+        .db()?;
+        for status in ["completed", "failed", "cancelled"] {
+            let count = estimated
+                .iter()
+                .find(|(s, _)| s == status)
+                .map_or(0.0, |(_, n)| n.round());
+            // A status the statistics have not seen is estimated at none rather than left
+            // out, once the table has been analyzed at all.
+            if !estimated.is_empty() {
+                by_status.push((status.to_owned(), count));
+            }
+        }
+        Ok(TaskStats {
+            by_status,
+            queue_depth,
+            queue_oldest_age: Duration::from_secs_f64(oldest_ms.max(0.0) / 1000.0),
+        })
+    }
+}
