@@ -54,7 +54,10 @@ pub(crate) fn start() -> Result<String, String> {
             .with_name(IMAGE.0)
             .with_tag(IMAGE.1)
             .with_mapped_port(port, 5432.tcp())
-            .with_label("dev.mcp-tasks.tests", "postgres");
+            .with_label("dev.mcp-tasks.tests", "postgres")
+            // The whole suite shares this one server, with several replicas' and workers'
+            // pools per test: the image's default of 100 connections is too few.
+            .with_cmd(["postgres", "-c", "max_connections=400", "-c", "fsync=off"]);
         let container =
             match tokio::time::timeout(START_TIMEOUT, image.start()).await {
                 Ok(Ok(c)) => c,
