@@ -33,4 +33,5 @@ mod reliability;
 mod sessions;
 mod smoke;
 mod store;
+mod upstream;
 mod workers;

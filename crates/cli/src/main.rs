@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    mcp_tasks::cli::main()
+    mcp_tasks::App::new().run()
 }

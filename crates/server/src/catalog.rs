@@ -73,7 +73,8 @@ pub(crate) async fn list(
     list: List,
     params: &Map<String, Value>,
 ) -> Result<Map<String, Value>, RpcError> {
-    let catalog = state.registry().catalog();
+    let registry = state.registry();
+    let catalog = registry.catalog();
     let items = match list {
         List::Tools => state
             .registry()

@@ -167,7 +167,8 @@ fn check_tool_headers(
     let Some(name) = request.params.get("name").and_then(Value::as_str) else {
         return Ok(());
     };
-    let params = state.registry().header_params(name);
+    let registry = state.registry();
+    let params = registry.header_params(name);
     if params.is_empty() {
         return Ok(());
     }

@@ -96,7 +96,14 @@ async fn healthz() -> impl IntoResponse {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     match tokio::time::timeout(Duration::from_secs(2), state.store().ping()).await {
-        Ok(Ok(())) => axum::Json(json!({ "status": "ready" })).into_response(),
+        // Upstream tool sources are reported, not required: a replica serves the tools
+        // it has while an upstream is down.
+        Ok(Ok(())) => match state.tool_sources() {
+            Some(upstreams) => {
+                axum::Json(json!({ "status": "ready", "upstreams": upstreams })).into_response()
+            }
+            None => axum::Json(json!({ "status": "ready" })).into_response(),
+        },
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "not ready: database unreachable");
             not_ready("database unreachable")

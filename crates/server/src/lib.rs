@@ -31,7 +31,7 @@ mod trace;
 use std::sync::Arc;
 
 use mcp_tasks_store::{Store, Waker};
-use mcp_tasks_tools::Registry;
+use mcp_tasks_tools::{LiveRegistry, Registry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -58,7 +58,7 @@ pub struct AppState {
 
 struct Inner {
     store: Store,
-    registry: Registry,
+    registry: LiveRegistry,
     config: ServerConfig,
     auth: Arc<dyn Authenticator>,
     state_keys: StateKeys,
@@ -100,7 +100,7 @@ impl AppState {
     /// called inside a Tokio runtime.
     pub fn new(
         store: Store,
-        registry: Registry,
+        registry: impl Into<LiveRegistry>,
         config: ServerConfig,
         auth: Arc<dyn Authenticator>,
         state_keys: StateKeys,
@@ -126,7 +126,7 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 store,
-                registry,
+                registry: registry.into(),
                 config,
                 auth,
                 state_keys,
@@ -166,8 +166,15 @@ impl AppState {
         &self.inner.store
     }
 
-    pub fn registry(&self) -> &Registry {
-        &self.inner.registry
+    /// The tools now: one snapshot, to hold for the whole request (upstream tool sources
+    /// may change the set between requests).
+    pub fn registry(&self) -> Registry {
+        self.inner.registry.current()
+    }
+
+    /// Where the tools come from and which sources answer, when some are upstreams.
+    pub fn tool_sources(&self) -> Option<serde_json::Value> {
+        self.inner.registry.sources()
     }
 
     pub fn config(&self) -> &ServerConfig {

@@ -42,19 +42,19 @@ pub(crate) async fn call(
             if meta.client_capabilities.declares_tasks() {
                 return Ok(task.view().create_result());
             }
-            wait_for_result(state, owner, meta, tool, task.id, retryable).await
+            wait_for_result(state, owner, meta, &tool, task.id, retryable).await
         }
     }
 }
 
 /// What [`start`] made of a call.
-pub(crate) enum Started<'a> {
+pub(crate) enum Started {
     /// Answered without a new task: a sync-only tool's result, an MRTR round, or the end
     /// of a wait that an earlier round began.
     Answered(Map<String, Value>),
     /// A task runs the call (with an `Idempotency-Key`, perhaps one that already did).
     Task {
-        tool: &'a Tool,
+        tool: Box<Tool>,
         task: Box<TaskRecord>,
         /// The call carried an `Idempotency-Key`, so a client can pick the task up again.
         retryable: bool,
@@ -63,18 +63,19 @@ pub(crate) enum Started<'a> {
 
 /// Checks a call and either answers it or creates the task that runs it; waiting for the
 /// task, or handing it to the client, is the caller's part.
-pub(crate) async fn start<'a>(
-    state: &'a AppState,
+pub(crate) async fn start(
+    state: &AppState,
     owner: &Owner,
     meta: &RequestMeta,
     params: &Map<String, Value>,
     trace_context: Value,
     idempotency_key: Option<String>,
-) -> Result<Started<'a>, RpcError> {
+) -> Result<Started, RpcError> {
     let name = string_param(params, "name")?;
-    let tool = state
-        .registry()
+    let registry = state.registry();
+    let tool = registry
         .get(name)
+        .cloned()
         .ok_or_else(|| RpcError::invalid_params(format!("unknown tool {name:?}")))?;
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => json!({}),
@@ -93,8 +94,7 @@ pub(crate) async fn start<'a>(
         "inputResponses",
         state.config().max_input_response_bytes,
     )?;
-    state
-        .registry()
+    registry
         .validate_arguments(name, &arguments)
         .map_err(|reason| {
             RpcError::invalid_params(format!("invalid arguments for tool {name:?}: {reason}"))
@@ -129,24 +129,24 @@ pub(crate) async fn start<'a>(
         return Err(RpcError::method(ErrorObject::tasks_extension_required()));
     }
 
-    let answers = match earlier_round(state, owner, tool, &arguments, params)? {
+    let answers = match earlier_round(state, owner, &tool, &arguments, params)? {
         Round::First => Map::new(),
         Round::Pre(answers) => answers,
         Round::Task(id) => {
             apply_params_to_task(state, owner, id, params).await?;
-            return wait_for_result(state, owner, meta, tool, id, false)
+            return wait_for_result(state, owner, meta, &tool, id, false)
                 .await
                 .map(Started::Answered);
         }
     };
 
     if tool.policy == ExecutionPolicy::SyncOnly {
-        return run_here(state, owner, meta, tool, &arguments, answers)
+        return run_here(state, owner, meta, &tool, &arguments, answers)
             .await
             .map(Started::Answered);
     }
     if let Err(requests) = tool.preflight(&arguments, &answers) {
-        return input_required(state, owner, meta, tool, &arguments, answers, requests)
+        return input_required(state, owner, meta, &tool, &arguments, answers, requests)
             .map(Started::Answered);
     }
 
@@ -205,7 +205,7 @@ pub(crate) async fn start<'a>(
         }
     };
     Ok(Started::Task {
-        tool,
+        tool: Box::new(tool),
         task: Box::new(task),
         retryable,
     })

@@ -20,6 +20,7 @@ mod lease;
 mod listing;
 mod maintenance;
 mod notify;
+mod queue;
 mod record;
 mod sessions;
 mod stats;

@@ -31,12 +31,14 @@
 pub mod catalog;
 mod context;
 mod input;
+mod live;
 pub mod packs;
 mod registry;
 mod tool;
 
 pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, ToolContextBuilder};
 pub use input::{InputRequests, validate_input_response};
+pub use live::LiveRegistry;
 pub use registry::{Registry, RegistryError};
 pub use tool::{
     BoxFuture, ExecutionPolicy, InputKind, Outcome, Preflight, Tool, ToolBuilder, ToolError,

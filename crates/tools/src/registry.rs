@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mcp_tasks_wire::param_headers::{HeaderParam, header_params};
 use serde_json::Value;
 
-use crate::catalog::{Catalog, Provider};
+use crate::catalog::{Catalog, Provider, StaticProvider};
 use crate::{Tool, packs};
 
 #[derive(Debug, thiserror::Error)]
@@ -109,14 +109,7 @@ impl Registry {
 
     /// Builds a registry from a comma-separated list of pack names, e.g. `demo,conformance`.
     pub fn from_packs(spec: &str) -> Result<Self, RegistryError> {
-        let mut tools = Vec::new();
-        let mut providers = Vec::new();
-        for name in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let pack =
-                packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??;
-            tools.extend(pack.tools);
-            providers.extend(pack.provider);
-        }
+        let (tools, providers) = packs_parts(spec)?;
         let mut registry = Self::new(tools)?;
         for provider in providers {
             registry = registry.with_provider(Arc::new(provider));
@@ -124,6 +117,38 @@ impl Registry {
         Ok(registry)
     }
 
+    /// The tools as given, in their order.
+    pub fn tools(&self) -> impl Iterator<Item = &Tool> {
+        self.entries.iter().map(|e| &e.tool)
+    }
+
+    /// This registry's tools followed by `more`, with the same catalog (the built-in
+    /// tools and packs, then what upstream servers add).
+    pub fn extended(&self, more: impl IntoIterator<Item = Tool>) -> Result<Self, RegistryError> {
+        let mut registry = Self::new(self.tools().cloned().chain(more))?;
+        registry.catalog = self.catalog.clone();
+        Ok(registry)
+    }
+}
+
+/// The tools and catalog sources of a comma-separated list of pack names; `none` (or
+/// nothing) is no pack.
+fn packs_parts(spec: &str) -> Result<(Vec<Tool>, Vec<StaticProvider>), RegistryError> {
+    let mut tools = Vec::new();
+    let mut providers = Vec::new();
+    for name in spec
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && *s != "none")
+    {
+        let pack = packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??;
+        tools.extend(pack.tools);
+        providers.extend(pack.provider);
+    }
+    Ok((tools, providers))
+}
+
+impl Registry {
     pub fn get(&self, name: &str) -> Option<&Tool> {
         self.by_name.get(name).map(|&i| &self.entries[i].tool)
     }

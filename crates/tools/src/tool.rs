@@ -128,11 +128,16 @@ pub struct Tool {
     pub policy: ExecutionPolicy,
     /// Runs allowed when workers are lost mid-run, before the task fails.
     pub max_attempts: u32,
+    /// May a run lost with its worker be run again? When not, a lost run fails the task
+    /// instead (a tool with side effects outside this service must not do them twice).
+    pub idempotent: bool,
     /// Time to live from creation; `None` is unlimited.
     pub ttl: Option<Duration>,
     pub poll_interval: Duration,
     /// Client capabilities every call must declare (a `ClientCapabilities` object).
     pub required_capabilities: Option<Value>,
+    /// `annotations` in `tools/list`.
+    pub annotations: Option<Value>,
     /// Kinds of input request the tool may make; a client must be able to answer each.
     pub input_kinds: Vec<InputKind>,
     pub(crate) preflight: Option<Arc<Preflight>>,
@@ -160,12 +165,14 @@ impl Tool {
             output_schema: None,
             policy: ExecutionPolicy::TaskOptional,
             max_attempts: 3,
+            idempotent: true,
             ttl: Some(Duration::from_secs(3600)),
             poll_interval: Duration::from_secs(1),
             required_capabilities: None,
             input_kinds: Vec::new(),
             preflight: None,
             handler: None,
+            annotations: None,
         }
     }
 
@@ -180,6 +187,9 @@ impl Tool {
         d.insert("inputSchema".into(), self.input_schema.clone());
         if let Some(out) = &self.output_schema {
             d.insert("outputSchema".into(), out.clone());
+        }
+        if let Some(annotations) = &self.annotations {
+            d.insert("annotations".into(), annotations.clone());
         }
         Value::Object(d)
     }
@@ -211,12 +221,14 @@ pub struct ToolBuilder {
     output_schema: Option<Value>,
     policy: ExecutionPolicy,
     max_attempts: u32,
+    idempotent: bool,
     ttl: Option<Duration>,
     poll_interval: Duration,
     required_capabilities: Option<Value>,
     input_kinds: Vec<InputKind>,
     preflight: Option<Arc<Preflight>>,
     handler: Option<Arc<HandlerFn>>,
+    annotations: Option<Value>,
 }
 
 impl ToolBuilder {
@@ -247,6 +259,18 @@ impl ToolBuilder {
 
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
+        self
+    }
+
+    /// Whether a run lost with its worker may be run again (default: yes).
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// `annotations` as `tools/list` shows them (hints for clients).
+    pub fn annotations(mut self, annotations: Value) -> Self {
+        self.annotations = Some(annotations);
         self
     }
 
@@ -322,6 +346,8 @@ impl ToolBuilder {
             output_schema: self.output_schema,
             policy: self.policy,
             max_attempts: self.max_attempts,
+            idempotent: self.idempotent,
+            annotations: self.annotations,
             ttl: self.ttl,
             poll_interval: self.poll_interval,
             required_capabilities: self.required_capabilities,

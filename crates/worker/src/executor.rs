@@ -134,7 +134,9 @@ async fn run(
     }
     let store = &shared.store;
 
-    let Some(tool) = shared.registry.get(&task.tool) else {
+    let Some(tool) = shared.registry.current().get(&task.tool).cloned() else {
+        // Claims are filtered by tool, so only a tool that went away between the claim and
+        // now (an upstream's list changed) gets here.
         tracing::error!(tool = %task.tool, "no such tool on this worker");
         let error = ErrorObject::new(
             codes::INTERNAL_ERROR,
@@ -142,6 +144,21 @@ async fn run(
         );
         return record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
     };
+
+    if reclaimed && !tool.idempotent {
+        // The earlier run may have done its work (or part of it) before its worker died;
+        // running it again could do it twice.
+        let error = ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "The worker running this task was lost, and tool {:?} is not marked idempotent, so it was not run again",
+                task.tool
+            ),
+        )
+        .with_data(serde_json::json!({ "reason": "WORKER_LOST_NOT_IDEMPOTENT" }));
+        tracing::warn!("a lost run of a non-idempotent tool: failed, not run again");
+        return record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
+    }
 
     let ctx = ToolContext::builder(task.arguments)
         .responses(task.input_responses)

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcp_tasks_store::{Lease, Store, TaskId};
-use mcp_tasks_tools::Registry;
+use mcp_tasks_tools::LiveRegistry;
 use mcp_tasks_wire::results::Implementation;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -119,7 +119,7 @@ impl Running {
 
 struct Shared {
     store: Store,
-    registry: Registry,
+    registry: LiveRegistry,
     config: WorkerConfig,
     running: Mutex<HashMap<TaskId, Running>>,
     /// Something may be claimable.
@@ -160,10 +160,11 @@ pub enum WorkerError {
 /// so another worker picks them up at once.
 pub async fn run(
     store: Store,
-    registry: Registry,
+    registry: impl Into<LiveRegistry>,
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
+    let registry: LiveRegistry = registry.into();
     if config.concurrency == 0 {
         return Err(WorkerError::Config("concurrency must be at least 1".into()));
     }
@@ -176,7 +177,7 @@ pub async fn run(
         worker = %config.worker_id,
         concurrency = config.concurrency,
         lease_ms = config.lease.as_millis() as u64,
-        tools = ?registry.names().collect::<Vec<_>>(),
+        tools = ?registry.current().names().collect::<Vec<_>>(),
         "worker starting"
     );
     let shared = Arc::new(Shared {

@@ -45,6 +45,23 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         let wanted = permits.len();
 
+        // Only tasks this worker can run: the others wait for a worker that has their tool.
+        let tools: Vec<String> = shared
+            .registry
+            .current()
+            .names()
+            .map(str::to_owned)
+            .collect();
+        if tools.is_empty() {
+            // No tool at all (upstreams not answering yet): claim nothing rather than
+            // everything, which is what an empty filter would mean.
+            drop(permits);
+            tokio::select! {
+                () = tokio::time::sleep(config.poll_interval) => {}
+                () = shutdown.cancelled() => return,
+            }
+            continue;
+        }
         // Lapsed leases are looked for once per poll interval; the claims in between
         // take from the queue only.
         let full = last_full.elapsed() >= config.poll_interval;
@@ -54,12 +71,12 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         let claimed = match if full {
             shared
                 .store
-                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &[])
+                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
                 .await
         } else {
             shared
                 .store
-                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), &[])
+                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
                 .await
         } {
             Ok(claimed) => {
@@ -185,13 +202,43 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
 
 /// Lease rescue, expiry and deletion. Every worker runs it; statements skip rows another
 /// worker has locked, so they never collide.
+/// How often a worker looks for tasks nobody claims, and how long they must have waited.
+const QUEUE_CHECK_EVERY: Duration = Duration::from_secs(30);
+
+/// Logs the tools whose tasks wait unclaimed and which this worker does not have: no live
+/// worker has them (or every one that does is busy). They stay queued, never failed.
+async fn report_waiting(shared: &Shared) {
+    let waited_ms = i64::try_from(QUEUE_CHECK_EVERY.as_millis()).unwrap_or(i64::MAX);
+    let registry = shared.registry.current();
+    match shared.store.waiting_by_tool(waited_ms, 100).await {
+        Ok(waiting) => {
+            for (tool, tasks) in waiting {
+                if registry.get(&tool).is_none() {
+                    tracing::warn!(
+                        %tool,
+                        tasks,
+                        waited_s = QUEUE_CHECK_EVERY.as_secs(),
+                        "tasks wait for a tool this worker does not have; no live worker has claimed them"
+                    );
+                }
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "could not read the queue"),
+    }
+}
+
 pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken) {
     let config = &shared.config;
     let keep_ms = i64::try_from(config.tombstone_retention.as_millis()).unwrap_or(i64::MAX);
+    let mut queue_checked = Instant::now();
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.maintenance_interval) => {}
             () = shutdown.cancelled() => return,
+        }
+        if queue_checked.elapsed() >= QUEUE_CHECK_EVERY {
+            queue_checked = Instant::now();
+            report_waiting(&shared).await;
         }
         // Rescue repeats while batches come back full, as the other steps do.
         let mut rescued = Ok(mcp_tasks_store::RescueReport::default());

@@ -1,4 +1,5 @@
-//! What several subcommands share: the database and pool flags, the tool packs, and the
+//! What several subcommands share: the database and pool flags, the tools (packs, the
+//! configuration file's upstreams, an `App`'s own), and the
 //! `serverInfo` replicas and workers report.
 
 use std::time::Duration;
@@ -6,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use mcp_tasks_store::{PoolConfig, Store};
-use mcp_tasks_tools::Registry;
+use mcp_tasks_tools::{LiveRegistry, Registry};
+use mcp_tasks_upstream::{Config, Options as UpstreamOptions, Upstreams};
 use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_wire::secret::Secret;
 
@@ -53,14 +55,46 @@ impl PoolArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct Tools {
-    /// Tool packs to serve, comma-separated (demo, conformance).
-    #[arg(long, env = "MCP_TASKS_TOOLS", default_value = "demo")]
-    tools: String,
+    /// Built-in tool packs to serve, comma-separated (demo, conformance), or `none`
+    /// [default: demo; in a binary built with `App`, what it chose].
+    #[arg(long, env = "MCP_TASKS_TOOLS")]
+    tools: Option<String>,
+    /// Configuration file (TOML): upstream MCP servers whose tools are served too.
+    #[arg(long, env = "MCP_TASKS_CONFIG")]
+    config: Option<std::path::PathBuf>,
+}
+
+/// A process's tools: the set (which may change while upstreams come and go) and the
+/// upstream connections behind it, which live as long as this value.
+pub(super) struct LoadedTools {
+    pub(super) registry: LiveRegistry,
+    _upstreams: Option<Upstreams>,
 }
 
 impl Tools {
-    pub(super) fn registry(&self) -> anyhow::Result<Registry> {
-        Registry::from_packs(&self.tools).context("--tools")
+    /// The built-in packs, the `App`'s own tools, and the configuration file's upstreams
+    /// (connected, with their first tool lists read or timed out).
+    pub(super) async fn load(&self) -> anyhow::Result<LoadedTools> {
+        let app = crate::app::current();
+        let packs = self.tools.as_deref().unwrap_or(&app.default_packs);
+        let registry = Registry::from_packs(packs)
+            .context("--tools")?
+            .extended(app.tools.iter().cloned())
+            .context("tools")?;
+        let Some(path) = &self.config else {
+            return Ok(LoadedTools {
+                registry: registry.into(),
+                _upstreams: None,
+            });
+        };
+        let config = Config::load(path).with_context(|| format!("--config {}", path.display()))?;
+        let (upstreams, registry) = Upstreams::start(config, registry, UpstreamOptions::default())
+            .await
+            .with_context(|| format!("--config {}", path.display()))?;
+        Ok(LoadedTools {
+            registry,
+            _upstreams: Some(upstreams),
+        })
     }
 }
 

@@ -29,7 +29,8 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
         server,
         worker,
     } = command;
-    let registry = tools.registry()?;
+    let tools = tools.load().await?;
+    let registry = tools.registry.clone();
     let throwaway;
     let url = match database.url {
         Some(url) => url.expose().to_owned(),

@@ -46,7 +46,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "MCP_TASKS_LOG",
-        default_value = "info,sqlx=warn",
+        default_value = "info,sqlx=warn,rmcp=warn",
         global = true
     )]
     log: String,

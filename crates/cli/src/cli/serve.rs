@@ -10,7 +10,7 @@ use mcp_tasks_server::{
     AllowedHosts, AppState, ConnectionConfig, RateLimit, ServerConfig, StateKeys,
 };
 use mcp_tasks_store::Store;
-use mcp_tasks_tools::Registry;
+use mcp_tasks_tools::LiveRegistry;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
@@ -35,9 +35,10 @@ pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> a
         store.migrate().await.context("migrating")?;
     }
     let metrics = super::worker::install_metrics(&store)?;
+    let tools = command.tools.load().await?;
     serve(
         store,
-        command.tools.registry()?,
+        tools.registry.clone(),
         &command.server,
         Some(metrics),
         shutdown,
@@ -206,7 +207,7 @@ impl ServerArgs {
 
 pub(super) async fn serve(
     store: Store,
-    registry: Registry,
+    registry: LiveRegistry,
     args: &ServerArgs,
     metrics: Option<Metrics>,
     shutdown: CancellationToken,

@@ -45,9 +45,10 @@ async fn worker(
     command: &WorkerCommand,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let tools = command.tools.load().await?;
     mcp_tasks_worker::run(
         store,
-        command.tools.registry()?,
+        tools.registry.clone(),
         command.worker.config("mcp-tasks"),
         shutdown,
     )

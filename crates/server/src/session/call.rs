@@ -38,8 +38,8 @@ pub(crate) async fn call(
     params.remove("requestState");
     params.remove("inputResponses");
     let name = string_param(&params, "name")?.to_owned();
-    let tool = state
-        .registry()
+    let registry = state.registry();
+    let tool = registry
         .get(&name)
         .ok_or_else(|| RpcError::invalid_params(format!("unknown tool {name:?}")))?;
     let as_task = session.revision.has_tasks() && params.get("task").is_some_and(Value::is_object);

@@ -142,11 +142,12 @@ fn adapt(
         && session.revision.has_tasks()
         && let Some(Value::Array(tools)) = result.get_mut("tools")
     {
+        let registry = state.registry();
         for tool in tools.iter_mut() {
             let policy = tool
                 .get("name")
                 .and_then(Value::as_str)
-                .and_then(|name| state.registry().get(name))
+                .and_then(|name| registry.get(name))
                 .map(|t| t.policy);
             let support = match policy {
                 Some(ExecutionPolicy::TaskOptional) => "optional",

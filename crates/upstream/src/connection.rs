@@ -1,0 +1,432 @@
+//! One upstream's connection: started, watched, and restarted with backoff when it ends
+//! (a stdio child that died, an HTTP endpoint that went away). Calls take the current
+//! peer; discovery runs after every (re)connect and on `notifications/tools/list_changed`.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::ClientHandler;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, RequestId,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RoleClient};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Transport, UpstreamConfig, expand_env};
+
+/// What a call hears from the upstream while it runs.
+#[derive(Debug)]
+pub(crate) enum CallEvent {
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    Log(String),
+}
+
+/// Calls in flight on one connection, so notifications and requests from the upstream
+/// reach the call they belong to.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    by_token: HashMap<ProgressToken, (RequestId, mpsc::UnboundedSender<CallEvent>)>,
+}
+
+impl InFlight {
+    fn route_by_request(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
+        match id {
+            Some(id) => self
+                .by_token
+                .values()
+                .find(|(r, _)| r == id)
+                .map(|(_, tx)| tx.clone()),
+            // Without an association (stdio has none before 2026-07-28) only a lone call
+            // can be meant.
+            None if self.by_token.len() == 1 => {
+                self.by_token.values().next().map(|(_, tx)| tx.clone())
+            }
+            None => None,
+        }
+    }
+}
+
+/// A registration of one call; dropping it stops the routing.
+pub(crate) struct Registration {
+    calls: Arc<Mutex<InFlight>>,
+    token: ProgressToken,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.by_token.remove(&self.token);
+        }
+    }
+}
+
+/// The client side we present to an upstream.
+pub(crate) struct Bridge {
+    name: Arc<str>,
+    calls: Arc<Mutex<InFlight>>,
+    list_changed: Arc<Notify>,
+    info: ClientConfig,
+}
+
+impl Bridge {
+    fn route(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
+        self.calls.lock().ok()?.route_by_request(id)
+    }
+}
+
+impl ClientHandler for Bridge {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let tx = self.calls.lock().ok().and_then(|c| {
+            c.by_token
+                .get(&params.progress_token)
+                .map(|(_, tx)| tx.clone())
+        });
+        if let Some(tx) = tx {
+            let _ = tx.send(CallEvent::Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    // Logging is deprecated from 2026-07-28 on, but the 2025 revisions' upstreams use it
+    // for exactly what a status message is.
+    #[expect(
+        deprecated,
+        reason = "2025-era upstreams still send notifications/message"
+    )]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let text = match &params.data {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        // Log data may carry anything the upstream likes: debug only.
+        tracing::debug!(upstream = %self.name, level = ?params.level, "upstream log message");
+        if let Some(tx) = self.route(None) {
+            let _ = tx.send(CallEvent::Log(text));
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!(upstream = %self.name, "upstream tool list changed");
+        self.list_changed.notify_one();
+    }
+}
+
+/// The state of one upstream, shared by its supervisor, its tools and the status report.
+pub(crate) struct Connection {
+    pub(crate) config: Arc<UpstreamConfig>,
+    peer: watch::Sender<Option<Peer<RoleClient>>>,
+    calls: Arc<Mutex<InFlight>>,
+    pub(crate) list_changed: Arc<Notify>,
+    last_error: Mutex<Option<String>>,
+    /// How the next connection opens (see [`Handshake`]).
+    handshake: Mutex<Handshake>,
+    /// Asks the supervisor for a fresh connection (a call found this one broken).
+    reconnect: Notify,
+}
+
+impl Connection {
+    pub(crate) fn new(config: UpstreamConfig) -> Arc<Self> {
+        Arc::new(Self {
+            config: Arc::new(config),
+            peer: watch::channel(None).0,
+            calls: Arc::default(),
+            list_changed: Arc::new(Notify::new()),
+            last_error: Mutex::new(None),
+            handshake: Mutex::new(Handshake::Auto),
+            reconnect: Notify::new(),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<Peer<RoleClient>>> {
+        self.peer.subscribe()
+    }
+
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Waits (at most `within`) for a live peer.
+    pub(crate) async fn peer_within(&self, within: Duration) -> Option<Peer<RoleClient>> {
+        let mut rx = self.subscribe();
+        // A peer whose transport has closed is on its way out: wait for its successor.
+        let wait = rx.wait_for(|p| p.as_ref().is_some_and(|p| !p.is_transport_closed()));
+        match tokio::time::timeout(within, wait).await {
+            Ok(Ok(peer)) => peer.clone(),
+            _ => None,
+        }
+    }
+
+    /// A call found the peer broken: drop it so the supervisor starts another.
+    pub(crate) fn broken(&self, peer: &Peer<RoleClient>) {
+        if peer.is_transport_closed() {
+            self.reconnect.notify_one();
+        }
+    }
+
+    pub(crate) fn register(
+        &self,
+        token: ProgressToken,
+        request: RequestId,
+    ) -> (Registration, mpsc::UnboundedReceiver<CallEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.by_token.insert(token.clone(), (request, tx));
+        }
+        (
+            Registration {
+                calls: self.calls.clone(),
+                token,
+            },
+            rx,
+        )
+    }
+
+    fn set_error(&self, error: Option<String>) {
+        if let Ok(mut e) = self.last_error.lock() {
+            *e = error;
+        }
+    }
+
+    /// Keeps the connection up until `stop`: connect, wait for it to end, back off, again.
+    pub(crate) async fn supervise(self: Arc<Self>, info: ClientConfig, stop: CancellationToken) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let bridge = Bridge {
+                name: self.config.name.as_str().into(),
+                calls: self.calls.clone(),
+                list_changed: self.list_changed.clone(),
+                info: info.clone(),
+            };
+            let handshake = self.handshake.lock().map_or(Handshake::Auto, |h| *h);
+            let started = tokio::select! {
+                s = connect(&self.config, bridge, handshake) => s,
+                () = stop.cancelled() => return,
+            };
+            match started {
+                Ok((running, stderr)) => {
+                    backoff = Duration::from_millis(200);
+                    let peer_info = running.peer().peer_info();
+                    tracing::info!(
+                        upstream = %self.config.name,
+                        protocol = %peer_info.as_ref().map_or_else(String::new, |i| i.protocol_version.to_string()),
+                        "upstream connected"
+                    );
+                    self.set_error(None);
+                    self.peer.send_replace(Some(running.peer().clone()));
+                    let ct = running.cancellation_token();
+                    tokio::select! {
+                        _ = running.waiting() => {}
+                        () = relay_stderr(&self.config.name, stderr) => {}
+                        () = self.reconnect.notified() => ct.cancel(),
+                        () = stop.cancelled() => {
+                            ct.cancel();
+                            self.peer.send_replace(None);
+                            return;
+                        }
+                    }
+                    self.peer.send_replace(None);
+                    tracing::warn!(upstream = %self.config.name, "upstream connection ended; reconnecting");
+                    self.set_error(Some("connection ended".into()));
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %self.config.name, error = %e.text, retry_ms = backoff.as_millis() as u64, "upstream not reachable");
+                    self.set_error(Some(e.text));
+                    if e.handshake_failed
+                        && let Ok(mut h) = self.handshake.lock()
+                    {
+                        *h = h.next();
+                        tracing::info!(upstream = %self.config.name, handshake = ?*h, "trying another handshake");
+                    }
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = stop.cancelled() => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    }
+}
+
+type Running = rmcp::service::RunningService<RoleClient, Bridge>;
+
+/// How a connection opens. Every revision an upstream may speak: 2026-07-28 through
+/// `server/discover`, the 2025 ones through `initialize`. `Auto` probes with discovery
+/// and falls back after 10 s (rmcp's fixed probe time); an upstream slower than that to
+/// start (an interpreter importing its SDK under load) answers the probe after the
+/// fallback began, which fails the handshake, so the next attempt skips the probe:
+/// `initialize` only, then discovery only (without the 10 s limit), then `Auto` again.
+/// The handshake that worked is kept for reconnects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    Auto,
+    Initialize,
+    Discover,
+}
+
+impl Handshake {
+    fn next(self) -> Self {
+        match self {
+            Self::Auto => Self::Initialize,
+            Self::Initialize => Self::Discover,
+            Self::Discover => Self::Auto,
+        }
+    }
+
+    fn lifecycle(self) -> ClientLifecycleMode {
+        match self {
+            Self::Auto => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            Self::Initialize => ClientLifecycleMode::Initialize,
+            Self::Discover => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        }
+    }
+}
+
+/// Why a connection could not be opened.
+struct ConnectError {
+    text: String,
+    /// The upstream answered, but not the way this handshake expects.
+    handshake_failed: bool,
+}
+
+impl From<String> for ConnectError {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            handshake_failed: false,
+        }
+    }
+}
+
+/// How long one handshake may take (a child that never answers must not hang us).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn handshake<T, E, A>(
+    bridge: Bridge,
+    transport: T,
+    how: Handshake,
+) -> Result<Running, ConnectError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        bridge.serve_with_lifecycle(transport, how.lifecycle()),
+    )
+    .await
+    {
+        Ok(Ok(running)) => Ok(running),
+        Ok(Err(e)) => Err(ConnectError {
+            handshake_failed: !matches!(
+                e,
+                rmcp::service::ClientInitializeError::ConnectionClosed(_)
+                    | rmcp::service::ClientInitializeError::TransportError { .. }
+                    | rmcp::service::ClientInitializeError::Cancelled
+            ),
+            text: e.to_string(),
+        }),
+        Err(_) => Err(ConnectError {
+            text: format!(
+                "no answer to the handshake within {} s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            ),
+            handshake_failed: true,
+        }),
+    }
+}
+
+async fn connect(
+    config: &UpstreamConfig,
+    bridge: Bridge,
+    how: Handshake,
+) -> Result<(Running, Option<tokio::process::ChildStderr>), ConnectError> {
+    match &config.transport {
+        Transport::Stdio { command, env } => {
+            let mut cmd = tokio::process::Command::new(&command[0]);
+            cmd.args(&command[1..]).envs(env).kill_on_drop(true);
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start {:?}: {e}", command[0]))?;
+            let running = handshake(bridge, transport, how).await?;
+            Ok((running, stderr))
+        }
+        Transport::Http { url, headers } => {
+            let mut custom = HashMap::new();
+            for (name, value) in headers {
+                let value = expand_env(value).map_err(|var| format!("${{{var}}} is not set"))?;
+                let name = http::HeaderName::try_from(name.as_str())
+                    .map_err(|e| format!("header {name:?}: {e}"))?;
+                let value = http::HeaderValue::try_from(value)
+                    .map_err(|_| format!("header {name}: not a valid header value"))?;
+                custom.insert(name, value);
+            }
+            let transport = StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom)
+                    .reinit_on_expired_session(true),
+            );
+            let running = handshake(bridge, transport, how).await?;
+            Ok((running, None))
+        }
+    }
+}
+
+/// The child's stderr is its log: ours at debug, line by line, until it closes.
+async fn relay_stderr(name: &str, stderr: Option<tokio::process::ChildStderr>) {
+    let Some(stderr) = stderr else {
+        return std::future::pending().await;
+    };
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(upstream = %name, "stderr: {line}");
+    }
+    std::future::pending().await
+}
+
+/// What we tell upstreams about ourselves.
+pub(crate) fn client_info(name: &str, version: &str) -> ClientConfig {
+    // No elicitation or sampling: input requests during an upstream call are not bridged
+    // to our tasks' inputRequests yet, so we do not invite them.
+    let capabilities = ClientCapabilities::default();
+    ClientConfig::new(
+        capabilities,
+        Implementation::new(name.to_owned(), version.to_owned()),
+    )
+}

@@ -1,0 +1,279 @@
+//! An upstream tool as one of ours: its descriptor, and a handler that forwards
+//! `tools/call` to the upstream, relays its progress, and passes cancellation on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_tasks_tools::{Outcome, Tool, ToolContext, ToolError, ToolResult};
+use mcp_tasks_wire::{ErrorObject, codes};
+use rmcp::ServiceError;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientRequest, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RoleClient};
+use serde_json::{Value, json};
+
+use crate::config::ToolSettings;
+use crate::connection::{CallEvent, Connection};
+
+/// How long a call waits for the upstream to be connected before counting an attempt: a
+/// restarted stdio child (an interpreter importing its SDK) can take seconds to answer.
+const CONNECT_WAIT: Duration = Duration::from_secs(20);
+
+/// Builds our tool for one of the upstream's (`descriptor` as its `tools/list` gave it).
+pub(crate) fn tool(
+    conn: &Arc<Connection>,
+    descriptor: &Value,
+    settings: ToolSettings,
+) -> Result<Tool, String> {
+    let upstream_name = descriptor
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("a tool without a name")?
+        .to_owned();
+    let name = format!("{}{upstream_name}", conn.config.prefix);
+    let mut builder = Tool::builder(name)
+        .description(
+            descriptor
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )
+        .input_schema(
+            descriptor
+                .get("inputSchema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"})),
+        )
+        .policy(settings.mode)
+        .idempotent(settings.idempotent)
+        .max_attempts(settings.max_attempts)
+        .ttl(Some(settings.ttl));
+    if let Some(title) = descriptor.get("title").and_then(Value::as_str) {
+        builder = builder.title(title);
+    }
+    if let Some(out) = descriptor.get("outputSchema") {
+        builder = builder.output_schema(out.clone());
+    }
+    if let Some(annotations) = descriptor.get("annotations") {
+        builder = builder.annotations(annotations.clone());
+    }
+    let conn = conn.clone();
+    builder
+        .handler(move |ctx| {
+            let conn = conn.clone();
+            let upstream_name = upstream_name.clone();
+            async move { forward(&conn, &upstream_name, settings, ctx).await }
+        })
+        .build()
+}
+
+pub(crate) enum Failure {
+    /// The upstream answered with a JSON-RPC error.
+    Protocol(ErrorObject),
+    /// Never reached the upstream: no connection, or it broke before the request left.
+    NotSent(String),
+    /// The connection broke while the upstream had the call.
+    Lost,
+    TimedOut,
+    Interrupted,
+}
+
+async fn forward(
+    conn: &Arc<Connection>,
+    tool: &str,
+    settings: ToolSettings,
+    ctx: ToolContext,
+) -> ToolResult {
+    let upstream = conn.name().to_owned();
+    let mut last = String::from("not connected");
+    let mut backoff = Duration::from_millis(200);
+    for attempt in 1..=settings.max_attempts {
+        if attempt > 1 {
+            ctx.sleep(backoff).await?;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        let peer = tokio::select! {
+            p = conn.peer_within(CONNECT_WAIT) => p,
+            () = ctx.cancelled() => return Err(ToolError::Interrupted),
+        };
+        let Some(peer) = peer else {
+            last = conn.last_error().unwrap_or_else(|| "not connected".into());
+            continue;
+        };
+        let called = match call_once(conn, &peer, tool, &ctx, settings.timeout).await {
+            // 2025-11-25: a listed tool refused with -32601 is one the upstream runs only as
+            // a task of its own (`taskSupport: "required"`, a field rmcp's Tool does not
+            // keep, so we learn it from the refusal: as a JSON-RPC error, or as the
+            // TypeScript SDK reports it, a tool error "MCP error -32601: ...").
+            Err(Failure::Protocol(e)) if e.code == codes::METHOD_NOT_FOUND => {
+                crate::upstream_task::call(conn, &peer, tool, &ctx, settings.timeout).await
+            }
+            Ok(Outcome::Complete(r)) if needs_task(&r) => {
+                crate::upstream_task::call(conn, &peer, tool, &ctx, settings.timeout).await
+            }
+            other => other,
+        };
+        match called {
+            Ok(outcome) => return Ok(outcome),
+            Err(Failure::Protocol(e)) => return Err(ToolError::Protocol(e)),
+            Err(Failure::Interrupted) => return Err(ToolError::Interrupted),
+            Err(Failure::TimedOut) => {
+                return Err(ToolError::Protocol(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!(
+                        "Upstream {upstream:?} did not answer tool {tool:?} within {} ms",
+                        settings.timeout.as_millis()
+                    ),
+                )));
+            }
+            Err(Failure::NotSent(why)) => {
+                conn.broken(&peer);
+                last = why;
+            }
+            Err(Failure::Lost) => {
+                conn.broken(&peer);
+                if !settings.idempotent {
+                    return Err(ToolError::Protocol(
+                        ErrorObject::new(
+                            codes::INTERNAL_ERROR,
+                            format!(
+                                "Upstream {upstream:?} was lost during the call, and tool {tool:?} is not marked idempotent, so it was not run again"
+                            ),
+                        )
+                        .with_data(json!({ "reason": "UPSTREAM_LOST_NOT_IDEMPOTENT", "upstream": upstream })),
+                    ));
+                }
+                tracing::warn!(%upstream, "upstream lost during an idempotent call; calling again");
+                last = "the connection broke during the call".into();
+            }
+        }
+    }
+    Err(ToolError::Protocol(
+        ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "Upstream {upstream:?} was unreachable for tool {tool:?} after {} attempts: {last}",
+                settings.max_attempts
+            ),
+        )
+        .with_data(json!({ "reason": "UPSTREAM_UNREACHABLE", "upstream": upstream })),
+    ))
+}
+
+async fn call_once(
+    conn: &Connection,
+    peer: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    ctx: &ToolContext,
+    timeout: Duration,
+) -> Result<Outcome, Failure> {
+    let params: CallToolRequestParams = serde_json::from_value(json!({
+        "name": tool,
+        "arguments": ctx.arguments(),
+    }))
+    .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string())))?;
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .await
+        .map_err(|e| Failure::NotSent(e.to_string()))?;
+    let id = handle.id.clone();
+    let (_registration, mut events) = conn.register(handle.progress_token.clone(), id.clone());
+    let response = handle.await_response();
+    tokio::pin!(response);
+    let result = loop {
+        tokio::select! {
+            r = &mut response => break r,
+            Some(event) = events.recv() => {
+                let message = match event {
+                    CallEvent::Progress { progress, total, message } => progress_text(progress, total, message.as_deref()),
+                    CallEvent::Log(text) => text,
+                };
+                if ctx.set_status(&message).await.is_err() {
+                    cancel(peer, id, "the task's run ended").await;
+                    return Err(Failure::Interrupted);
+                }
+            }
+            () = ctx.cancelled() => {
+                cancel(peer, id, "the task was cancelled").await;
+                return Err(Failure::Interrupted);
+            }
+        }
+    };
+    match result {
+        Ok(ServerResult::CallToolResult(r)) => serde_json::to_value(r)
+            .map(Outcome::Complete)
+            .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))),
+        Ok(other) => Err(Failure::Protocol(ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "Upstream {:?} answered tools/call with an unexpected result: {}",
+                conn.name(),
+                serde_json::to_value(&other)
+                    .ok()
+                    .and_then(|v| v.get("resultType").cloned())
+                    .unwrap_or(Value::Null)
+            ),
+        ))),
+        Err(e) => Err(failure(e)),
+    }
+}
+
+/// What a failed request means for the call.
+pub(crate) fn failure(e: ServiceError) -> Failure {
+    match e {
+        ServiceError::McpError(e) => {
+            let mut error = ErrorObject::new(i64::from(e.code.0), e.message.to_string());
+            if let Some(data) = e.data {
+                error = error.with_data(data);
+            }
+            Failure::Protocol(error)
+        }
+        ServiceError::Timeout { .. } => Failure::TimedOut,
+        ServiceError::Cancelled { .. } => Failure::Interrupted,
+        _ => Failure::Lost,
+    }
+}
+
+fn needs_task(result: &Value) -> bool {
+    result["isError"] == json!(true)
+        && result["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("MCP error -32601") && t.contains("task"))
+}
+
+/// `notifications/cancelled` for the call; the upstream may or may not stop.
+pub(crate) async fn cancel(
+    peer: &rmcp::Peer<RoleClient>,
+    id: rmcp::model::RequestId,
+    reason: &str,
+) {
+    let notification = CancelledNotification::new(CancelledNotificationParam::new(
+        Some(id),
+        Some(reason.to_owned()),
+    ));
+    if let Err(e) = peer.send_notification(notification.into()).await {
+        tracing::debug!(error = %e, "could not send notifications/cancelled upstream");
+    }
+}
+
+/// "3/5: step 3", "3/5", "3: step 3" or "3".
+fn progress_text(progress: f64, total: Option<f64>, message: Option<&str>) -> String {
+    let n = |v: f64| {
+        if v.fract() == 0.0 && v.abs() < 1e15 {
+            format!("{}", v as i64)
+        } else {
+            format!("{v}")
+        }
+    };
+    let count = match total {
+        Some(t) => format!("{}/{}", n(progress), n(t)),
+        None => n(progress),
+    };
+    match message {
+        Some(m) if !m.is_empty() => format!("{count}: {m}"),
+        _ => count,
+    }
+}

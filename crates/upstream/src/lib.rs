@@ -1,0 +1,14 @@
+//! Upstream MCP servers as durable tool sources.
+//!
+//! The configuration file names upstream servers (a stdio child process or a Streamable
+//! HTTP endpoint); each becomes a set of [`mcp_tasks_tools::Tool`]s whose handlers forward
+//! `tools/call` to the upstream, so the replicas and workers treat them like any other tool.
+
+mod catalog;
+pub mod config;
+mod connection;
+mod forward;
+mod upstream_task;
+
+pub use catalog::{Options, StartError, Upstreams};
+pub use config::{Config, ConfigError, ToolSettings, Transport, UpstreamConfig};

@@ -1,0 +1,113 @@
+//! An upstream tool that runs as a task of the upstream's own (2025-11-25: `task` in
+//! `tools/call`, answered with `CreateTaskResult`): followed with `tasks/get` until it
+//! ends, then `tasks/result`; its status messages become ours, and our cancellation
+//! becomes its `tasks/cancel`. rmcp models only the 2026-07-28 task shapes, so these
+//! requests go out as custom requests and their answers are read as JSON.
+
+use std::time::Duration;
+
+use mcp_tasks_tools::{Outcome, ToolContext};
+use mcp_tasks_wire::{ErrorObject, codes};
+use rmcp::model::{ClientRequest, CustomRequest};
+use rmcp::service::{PeerRequestOptions, RoleClient};
+use serde_json::{Value, json};
+
+use crate::connection::Connection;
+use crate::forward::{Failure, failure};
+
+/// Polls no faster than this, whatever the upstream's `pollInterval` says.
+const MIN_POLL: Duration = Duration::from_millis(200);
+
+pub(crate) async fn call(
+    conn: &Connection,
+    peer: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    ctx: &ToolContext,
+    timeout: Duration,
+) -> Result<Outcome, Failure> {
+    let ttl = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let created = request(
+        peer,
+        "tools/call",
+        json!({ "name": tool, "arguments": ctx.arguments(), "task": { "ttl": ttl } }),
+    )
+    .await?;
+    let Some(task_id) = created.pointer("/task/taskId").and_then(Value::as_str) else {
+        // An upstream may answer a task request with the result itself.
+        return Ok(Outcome::Complete(created));
+    };
+    let task_id = task_id.to_owned();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_message = None;
+    let mut task = created["task"].clone();
+    loop {
+        let status = task["status"].as_str().unwrap_or("working").to_owned();
+        if let Some(m) = task["statusMessage"].as_str()
+            && last_message.as_deref() != Some(m)
+        {
+            last_message = Some(m.to_owned());
+            if ctx.set_status(m).await.is_err() {
+                cancel(peer, &task_id).await;
+                return Err(Failure::Interrupted);
+            }
+        }
+        match status.as_str() {
+            "completed" | "failed" => break,
+            "cancelled" => return Err(Failure::Interrupted),
+            "input_required" => {
+                cancel(peer, &task_id).await;
+                return Err(Failure::Protocol(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!(
+                        "Upstream {:?} asked for input during tool {tool:?}; input requests from upstreams are not supported yet",
+                        conn.name()
+                    ),
+                )));
+            }
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            cancel(peer, &task_id).await;
+            return Err(Failure::TimedOut);
+        }
+        let every = task["pollInterval"]
+            .as_u64()
+            .map_or(MIN_POLL, Duration::from_millis)
+            .clamp(MIN_POLL, Duration::from_secs(5));
+        if ctx.sleep(every).await.is_err() {
+            cancel(peer, &task_id).await;
+            return Err(Failure::Interrupted);
+        }
+        task = request(peer, "tasks/get", json!({ "taskId": task_id })).await?;
+    }
+    // tasks/result answers with the call's own result (or its JSON-RPC error).
+    let mut result = request(peer, "tasks/result", json!({ "taskId": task_id })).await?;
+    if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove("io.modelcontextprotocol/related-task");
+    }
+    Ok(Outcome::Complete(result))
+}
+
+async fn request(
+    peer: &rmcp::Peer<RoleClient>,
+    method: &str,
+    params: Value,
+) -> Result<Value, Failure> {
+    let request = ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)));
+    let handle = peer
+        .send_request_with_option(
+            request,
+            PeerRequestOptions::with_timeout(Duration::from_secs(60)),
+        )
+        .await
+        .map_err(|e| Failure::NotSent(e.to_string()))?;
+    let answer = handle.await_response().await.map_err(failure)?;
+    serde_json::to_value(answer)
+        .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string())))
+}
+
+async fn cancel(peer: &rmcp::Peer<RoleClient>, task_id: &str) {
+    if let Err(e) = request(peer, "tasks/cancel", json!({ "taskId": task_id })).await {
+        tracing::debug!(error = ?std::mem::discriminant(&e), "tasks/cancel upstream failed");
+    }
+}

@@ -1,0 +1,195 @@
+//! Upstream MCP servers behind mcp-tasks, through the configuration file, with servers
+//! nobody here wrote: `@modelcontextprotocol/server-everything` (npm) over stdio and over
+//! Streamable HTTP, and a FastMCP (PyPI) server written in the test. `tests/upstreams/setup`
+//! installs them (pinned) into a cache under `~/.cache`. Every process is real: a replica
+//! and workers started with `--config`, killed where a test says so.
+
+mod everything;
+mod fastmcp;
+mod routing;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use mcp_tasks_client::Client;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use crate::harness::TestDb;
+use crate::harness::procs::Proc;
+
+/// The installed servers' folder (`node_modules/`, `py/`), installed once per test process.
+async fn installed() -> &'static Path {
+    static CACHE: OnceCell<PathBuf> = OnceCell::const_new();
+    CACHE
+        .get_or_init(|| async {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams/setup");
+            let out = tokio::process::Command::new(&script)
+                .stderr(Stdio::inherit())
+                .output()
+                .await
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+            assert!(
+                out.status.success(),
+                "{} failed (it needs Node with npm, Python 3 with venv, and the registries)",
+                script.display()
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        })
+        .await
+}
+
+/// `node <server-everything> <mode>` as an argv for the configuration file.
+async fn everything_argv(mode: &str) -> Vec<String> {
+    let entry = installed()
+        .await
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    vec!["node".into(), entry.display().to_string(), mode.into()]
+}
+
+async fn python() -> String {
+    installed()
+        .await
+        .join("py/bin/python")
+        .display()
+        .to_string()
+}
+
+/// A scratch folder for one test (configuration files, markers the servers write).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "mcp-tasks-upstream-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Self(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("writing a scratch file");
+        path.display().to_string()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// TOML for a string list.
+fn toml_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// Quick leases so a killed worker's task is taken over within seconds.
+const FAST_WORKER: &[(&str, &str)] = &[
+    ("MCP_TASKS_LEASE_MS", "1500"),
+    ("MCP_TASKS_POLL_MS", "200"),
+    (
+        "MCP_TASKS_LOG",
+        "info,sqlx=warn,rmcp=warn,mcp_tasks_upstream=debug",
+    ),
+];
+
+/// A replica and `workers` workers on a fresh database, all with configuration `config`.
+struct Fleet {
+    db: TestDb,
+    replica: Proc,
+    workers: Vec<Proc>,
+    config: String,
+}
+
+impl Fleet {
+    async fn start(config: &str, workers: usize) -> Self {
+        let db = TestDb::new().await;
+        let replica = Proc::serve_args(
+            &db.url,
+            &["serve", "--listen", "127.0.0.1:0", "--tools", "none"],
+            &[
+                ("MCP_TASKS_CONFIG", config),
+                ("MCP_TASKS_LOG", "info,sqlx=warn,rmcp=warn"),
+            ],
+        )
+        .await;
+        let mut fleet = Self {
+            db,
+            replica,
+            workers: Vec::new(),
+            config: config.to_owned(),
+        };
+        for _ in 0..workers {
+            fleet.add_worker();
+        }
+        fleet
+    }
+
+    /// Waits until the replica reaches every upstream (a Python upstream may take longer
+    /// to start than the replica waits at start-up; its tools appear when it answers).
+    async fn wait_reachable(&self) {
+        let url = self.replica.url().replace("/mcp", "/readyz");
+        crate::harness::eventually(
+            Duration::from_secs(120),
+            "every upstream reachable",
+            || async {
+                let ready: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+                let all = ready["upstreams"].as_array()?;
+                all.iter().all(|u| u["reachable"] == true).then_some(())
+            },
+        )
+        .await;
+    }
+
+    fn add_worker(&mut self) {
+        let mut env = FAST_WORKER.to_vec();
+        env.push(("MCP_TASKS_CONFIG", &self.config));
+        self.workers.push(Proc::worker(&self.db.url, "none", &env));
+    }
+
+    fn client(&self) -> Client {
+        Client::with_tasks(self.replica.url())
+    }
+
+    /// A client without the Tasks extension: task-optional tools answer synchronously.
+    fn plain_client(&self) -> Client {
+        Client::new(self.replica.url(), serde_json::json!({}))
+    }
+}
+
+/// Creates a task for `tool` and returns its id.
+async fn start_task(client: &Client, tool: &str, arguments: Value) -> String {
+    let created = client
+        .call_tool(tool, arguments)
+        .await
+        .unwrap_or_else(|e| panic!("calling {tool}: {e}"));
+    assert_eq!(created["resultType"], "task", "{tool}: {created}");
+    crate::harness::task_id(&created)
+}
+
+async fn wait_terminal(client: &Client, id: &str, within: Duration) -> Value {
+    client
+        .wait_terminal(id, within)
+        .await
+        .unwrap_or_else(|e| panic!("task {id}: {e}"))
+}
+
+/// The concatenated text of a `CallToolResult`.
+fn text_of(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
