@@ -23,6 +23,9 @@ use testcontainers_modules::postgres::Postgres;
 /// locally on this machine type.
 pub(crate) const IMAGE: (&str, &str) = ("postgres", "15");
 
+/// The label on every container the suite starts (what cleanup and checks look for).
+const LABEL: (&str, &str) = ("dev.mcp-tasks.tests", "postgres");
+
 /// How long a container may take to start before the engine counts as unusable.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -40,6 +43,26 @@ pub(crate) fn engine_socket() -> Option<PathBuf> {
 /// Starts PostgreSQL in a container and returns its URL, or why it could not (the engine
 /// is absent, stopped or refuses): the caller falls back to a local cluster.
 pub(crate) fn start() -> Result<String, String> {
+    // A loaded Podman now and then fails one start ("write child: broken pipe", HTTP 500)
+    // and succeeds the next; a stopped engine fails every attempt at once.
+    let mut last = String::new();
+    for attempt in 1..=3 {
+        match start_once() {
+            Ok(url) => return Ok(url),
+            Err(why) => {
+                super::announce(&format!(
+                    "tests: attempt {attempt} to start a PostgreSQL container failed: {why}"
+                ));
+                last = why;
+                remove_unstarted();
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Err(last)
+}
+
+fn start_once() -> Result<String, String> {
     let socket = engine_socket().ok_or("no Docker-compatible engine socket")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -54,7 +77,7 @@ pub(crate) fn start() -> Result<String, String> {
             .with_name(IMAGE.0)
             .with_tag(IMAGE.1)
             .with_mapped_port(port, 5432.tcp())
-            .with_label("dev.mcp-tasks.tests", "postgres")
+            .with_label(LABEL.0, LABEL.1)
             // The whole suite shares this one server, with several replicas' and workers'
             // pools per test: the image's default of 100 connections is too few.
             .with_cmd(["postgres", "-c", "max_connections=400", "-c", "fsync=off"]);
@@ -81,6 +104,32 @@ pub(crate) fn start() -> Result<String, String> {
         std::mem::forget(container);
         Ok(format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres"))
     })
+}
+
+/// A start that failed can leave its container created but never started, which
+/// testcontainers does not remove; remove ours (by label) so failures leave nothing behind.
+fn remove_unstarted() {
+    let Some(socket) = engine_socket() else {
+        return;
+    };
+    let script = r#"
+        socket="$1"; label="$2"
+        for id in $(curl -fsS --unix-socket "$socket" -G "http://engine/containers/json" \
+            --data-urlencode "all=true" \
+            --data-urlencode "filters={\"label\":[\"$label\"],\"status\":[\"created\"]}" \
+            | grep -o '"Id":"[0-9a-f]*"' | cut -d'"' -f4); do
+          curl -fsS --unix-socket "$socket" -X DELETE "http://engine/containers/$id?force=true&v=true" >/dev/null
+        done
+    "#;
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("mcp-tasks-test-cleanup")
+        .arg(&socket)
+        .arg(LABEL.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 fn free_port() -> Result<u16, String> {
