@@ -169,11 +169,10 @@ async fn call_once(
     ctx: &ToolContext,
     timeout: Duration,
 ) -> Result<Outcome, Failure> {
-    let params: CallToolRequestParams = serde_json::from_value(json!({
-        "name": tool,
-        "arguments": ctx.arguments(),
-    }))
-    .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string())))?;
+    let params: CallToolRequestParams = serde_json::from_value(call_params(tool, ctx, json!({})))
+        .map_err(|e| {
+        Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string()))
+    })?;
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
@@ -276,4 +275,27 @@ fn progress_text(progress: f64, total: Option<f64>, message: Option<&str>) -> St
         Some(m) if !m.is_empty() => format!("{count}: {m}"),
         _ => count,
     }
+}
+
+/// `tools/call` params for the upstream, with `extra` merged in. The run's W3C trace
+/// context (`traceparent`, `tracestate`) goes in `_meta`, where MCP carries it, so the
+/// upstream's spans join the trace of the `tools/call` that created the task.
+pub(crate) fn call_params(tool: &str, ctx: &ToolContext, extra: Value) -> Value {
+    let mut params = json!({ "name": tool, "arguments": ctx.arguments() });
+    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        params.extend(extra);
+        let trace: serde_json::Map<String, Value> = ctx
+            .trace_context()
+            .iter()
+            .filter(|(k, v)| {
+                matches!(k.as_str(), "traceparent" | "tracestate")
+                    && v.as_str().is_some_and(|v| !v.is_empty())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !trace.is_empty() {
+            params.insert("_meta".into(), Value::Object(trace));
+        }
+    }
+    params
 }

@@ -29,7 +29,7 @@ pub(crate) async fn call(
     let created = request(
         peer,
         "tools/call",
-        json!({ "name": tool, "arguments": ctx.arguments(), "task": { "ttl": ttl } }),
+        crate::forward::call_params(tool, ctx, json!({ "task": { "ttl": ttl } })),
     )
     .await?;
     let Some(task_id) = created.pointer("/task/taskId").and_then(Value::as_str) else {

@@ -1,5 +1,5 @@
 //! A FastMCP (PyPI) server written here: a slow tool that records whether it saw
-//! cancellation, a tool that raises, and a tool that crashes its own process. Our
+//! cancellation, a tool that reports the trace context it was called with, a tool that raises, and a tool that crashes its own process. Our
 //! workers are SIGKILLed mid-call too: idempotent tools run again and complete,
 //! others fail saying why they were not run again.
 
@@ -35,6 +35,20 @@ async def slow(marker: str, seconds: float = 30.0, ctx: Context = None) -> str:
         raise
     note(marker, "finished")
     return "slow done"
+
+@mcp.tool
+async def traced(ctx: Context = None) -> str:
+    """Answers with the traceparent its call carried in _meta, or "none"."""
+    meta = None
+    try:
+        meta = ctx.request_context.meta
+    except Exception:
+        pass
+    if isinstance(meta, dict):
+        found = meta.get("traceparent")
+    else:
+        found = getattr(meta, "traceparent", None) or (getattr(meta, "model_extra", None) or {}).get("traceparent")
+    return found or "none"
 
 @mcp.tool
 def explode() -> str:
@@ -90,6 +104,21 @@ async fn fastmcp_cancellation_errors_and_crashes() {
     assert_eq!(status(&done), "completed", "{done}");
     assert_eq!(done["result"]["isError"], true, "{done}");
     assert!(text_of(&done["result"]).contains("blew up"), "{done}");
+
+    // The run's trace context reaches the upstream in _meta: a W3C traceparent.
+    let id = start_task(&client, "py_traced", json!({})).await;
+    let done = wait_terminal(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(status(&done), "completed", "{done}");
+    let traceparent = text_of(&done["result"]);
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert!(
+        parts.len() == 4
+            && parts[0] == "00"
+            && parts[1].len() == 32
+            && parts[2].len() == 16
+            && parts[1] != "0".repeat(32),
+        "the upstream saw no valid traceparent: {traceparent:?}"
+    );
 
     // Cancellation reaches the upstream's handler.
     let marker = scratch.path("slow-cancel");
