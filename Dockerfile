@@ -13,6 +13,7 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates crates
+COPY examples examples
 COPY tests tests
 COPY migrations migrations
 RUN --mount=type=cache,id=mcp-tasks-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \

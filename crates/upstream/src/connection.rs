@@ -244,10 +244,22 @@ impl Connection {
                     self.set_error(None);
                     self.peer.send_replace(Some(running.peer().clone()));
                     let ct = running.cancellation_token();
+                    let current = running.peer().clone();
+                    // A call that found its peer closed asks for a reconnect; a request
+                    // left over from an earlier connection (Notify keeps one permit) must
+                    // not cancel this healthy one mid-call.
+                    let asked = async {
+                        loop {
+                            self.reconnect.notified().await;
+                            if current.is_transport_closed() {
+                                break;
+                            }
+                        }
+                    };
                     tokio::select! {
                         _ = running.waiting() => {}
                         () = relay_stderr(&self.config.name, stderr) => {}
-                        () = self.reconnect.notified() => ct.cancel(),
+                        () = asked => ct.cancel(),
                         () = stop.cancelled() => {
                             ct.cancel();
                             self.peer.send_replace(None);
