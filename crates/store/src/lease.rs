@@ -170,7 +170,7 @@ impl Store {
             -- tasks_leased), then the queue in order; none past its TTL. Each with the
             -- moment it became runnable (for the pickup metric).
             WITH lapsed AS MATERIALIZED (
-                SELECT tenant AS c_tenant, principal AS c_principal, id AS c_id, true AS reclaimed,
+                SELECT ctid AS c_ctid, id AS c_id, true AS reclaimed,
                     lease_expires_at AS runnable_since
                 FROM tasks
                 WHERE $7
@@ -185,7 +185,7 @@ impl Store {
                 FOR UPDATE SKIP LOCKED
             ),
             queued AS MATERIALIZED (
-                SELECT tenant, principal, id, false, run_after
+                SELECT ctid, id, false, run_after
                 FROM tasks
                 WHERE status = 'working'
                   AND lease_owner IS NULL
@@ -197,23 +197,32 @@ impl Store {
                 LIMIT $2 - (SELECT count(*) FROM lapsed)
                 FOR UPDATE SKIP LOCKED
             ),
-            candidates AS (SELECT * FROM lapsed UNION ALL SELECT * FROM queued)
-            UPDATE tasks t SET
-                lease_owner = $1,
-                lease_token = t.lease_token + 1,
-                lease_expires_at = now() + $3 * interval '1 millisecond',
-                -- Out of the queue's index; leased rows are found by tasks_leased.
-                run_after = NULL,
-                attempt = t.attempt + 1,
-                status_message = CASE WHEN t.attempt = 0 THEN $4
-                    ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
-                updated_at = now(),
-                version = t.version + 1
-            FROM candidates c
-            WHERE t.tenant = c.c_tenant AND t.principal = c.c_principal AND t.id = c.c_id
-            RETURNING ",
+            candidates AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),
+            -- The rows are updated where the locks found them (by ctid: a TID scan). A
+            -- join on the key would be planned for the generic plan's guess of the
+            -- LIMIT (a tenth of the queue) and so as a hash join over a scan of the whole
+            -- table, which made every claim as slow as the table is big. The rows are
+            -- locked, so nobody moves them before this update; one that had moved
+            -- would fail the condition and simply not be claimed.
+            claimed AS (
+                UPDATE tasks t SET
+                    lease_owner = $1,
+                    lease_token = t.lease_token + 1,
+                    lease_expires_at = now() + $3 * interval '1 millisecond',
+                    -- Out of the queue's index; leased rows are found by tasks_leased.
+                    run_after = NULL,
+                    attempt = t.attempt + 1,
+                    status_message = CASE WHEN t.attempt = 0 THEN $4
+                        ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
+                    updated_at = now(),
+                    version = t.version + 1
+                WHERE t.ctid = ANY (ARRAY(SELECT c_ctid FROM candidates))
+                RETURNING ",
             task_columns!(),
-            ", c.reclaimed, c.runnable_since"
+            r"
+            )
+            SELECT claimed.*, c.reclaimed, c.runnable_since
+            FROM claimed JOIN candidates c ON c.c_id = claimed.id"
         ))
         .bind(worker)
         .bind(limit)
@@ -251,7 +260,7 @@ impl Store {
         let statuses: Vec<String> = sqlx::query_scalar(concat!(
             r"
             WITH doomed AS MATERIALIZED (
-                SELECT tenant, principal, id
+                SELECT ctid
                 FROM tasks
                 WHERE lease_owner IS NOT NULL
                   AND status = 'working'
@@ -269,8 +278,7 @@ impl Store {
             ",
             finish_columns!(),
             r"
-            FROM doomed d
-            WHERE t.tenant = d.tenant AND t.principal = d.principal AND t.id = d.id
+            WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM doomed))
             RETURNING t.status
             "
         ))
