@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use mcp_tasks_observe::record as observe;
 use mcp_tasks_store::{Event, EventKind, EventsConfig, TaskId};
+use mcp_tasks_tools::Registry;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +22,7 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     // The last claim got all it asked for: more is probably waiting.
     let mut backlog = false;
+    let mut cached: Option<(Registry, Vec<String>)> = None;
     let mut last_full = Instant::now()
         .checked_sub(config.poll_interval)
         .unwrap_or_else(Instant::now);
@@ -46,12 +48,16 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         let wanted = permits.len();
 
         // Only tasks this worker can run: the others wait for a worker that has their tool.
-        let tools: Vec<String> = shared
-            .registry
-            .current()
-            .names()
-            .map(str::to_owned)
-            .collect();
+        // The list is built again only when the registry changed.
+        let registry = shared.registry.current();
+        if !cached
+            .as_ref()
+            .is_some_and(|(seen, _)| seen.same_snapshot(&registry))
+        {
+            let names = registry.names().map(str::to_owned).collect();
+            cached = Some((registry, names));
+        }
+        let tools: &[String] = cached.as_ref().map_or(&[], |(_, names)| names);
         if tools.is_empty() {
             // No tool at all (upstreams not answering yet): claim nothing rather than
             // everything, which is what an empty filter would mean.
@@ -71,12 +77,12 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         let claimed = match if full {
             shared
                 .store
-                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
+                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), tools)
                 .await
         } else {
             shared
                 .store
-                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
+                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), tools)
                 .await
         } {
             Ok(claimed) => {
