@@ -15,7 +15,9 @@
 mod batch;
 mod client_ops;
 mod create;
+mod duty;
 mod events;
+mod finish;
 mod lease;
 mod listing;
 mod maintenance;
@@ -34,6 +36,7 @@ use sqlx::{PgPool, migrate::Migrator};
 
 pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
+pub use duty::{DUTY_APPLICATION_NAME, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
@@ -198,7 +201,7 @@ pub struct Store {
 
 struct Batchers {
     creates: Arc<batch::Batcher<create::CreateRequest, create::CreateAnswer>>,
-    finishes: Arc<batch::Batcher<lease::FinishRequest, bool>>,
+    finishes: Arc<batch::Batcher<finish::FinishRequest, bool>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -240,7 +243,7 @@ impl Store {
                 create::MAX_CREATE_BATCH,
                 create::insert_batch,
             ),
-            finishes: batch::Batcher::new(pool.clone(), 256, lease::finish_batch),
+            finishes: batch::Batcher::new(pool.clone(), 256, finish::finish_batch),
         });
         Ok(Self {
             pool,
@@ -253,7 +256,7 @@ impl Store {
         &self.batchers.creates
     }
 
-    pub(crate) fn finishes(&self) -> &batch::Batcher<lease::FinishRequest, bool> {
+    pub(crate) fn finishes(&self) -> &batch::Batcher<finish::FinishRequest, bool> {
         &self.batchers.finishes
     }
 
