@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mcp_tasks_observe::record as observe;
@@ -22,7 +23,10 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     // The last claim got all it asked for: more is probably waiting.
     let mut backlog = false;
-    let mut cached: Option<(Registry, Vec<String>)> = None;
+    // The tools, and the key of their wake-up duty, as of the registry snapshot seen.
+    let mut cached: Option<(Registry, Vec<String>, i32)> = None;
+    // Why the next claim runs (for `mcp_tasks_claim_statements_total`).
+    let mut cause = observe::ClaimCause::Start;
     let mut last_full = Instant::now()
         .checked_sub(config.poll_interval)
         .unwrap_or_else(Instant::now);
@@ -52,16 +56,20 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         let registry = shared.registry.current();
         if !cached
             .as_ref()
-            .is_some_and(|(seen, _)| seen.same_snapshot(&registry))
+            .is_some_and(|(seen, _, _)| seen.same_snapshot(&registry))
         {
-            let names = registry.names().map(str::to_owned).collect();
-            cached = Some((registry, names));
+            let names: Vec<String> = registry.names().map(str::to_owned).collect();
+            let key = mcp_tasks_store::duty_key(&names);
+            cached = Some((registry, names, key));
         }
-        let tools: &[String] = cached.as_ref().map_or(&[], |(_, names)| names);
+        let (tools, duty_key): (&[String], Option<i32>) = cached
+            .as_ref()
+            .map_or((&[], None), |(_, names, key)| (names, Some(*key)));
         if tools.is_empty() {
             // No tool at all (upstreams not answering yet): claim nothing rather than
             // everything, which is what an empty filter would mean.
             drop(permits);
+            shared.want_duty.send_if_modified(|w| w.take().is_some());
             tokio::select! {
                 () = tokio::time::sleep(config.poll_interval) => {}
                 () = shutdown.cancelled() => return,
@@ -74,6 +82,7 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         if full {
             last_full = Instant::now();
         }
+        observe::claim_statement(cause);
         let claimed = match if full {
             shared
                 .store
@@ -102,6 +111,13 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         };
         let got = claimed.len();
         backlog = got == wanted;
+        // Idle with free slots and nothing more queued for us: queue for the wake-up
+        // duty. Busy: let another idle worker have it.
+        let want = if backlog { None } else { duty_key };
+        shared
+            .want_duty
+            .send_if_modified(|w| std::mem::replace(w, want) != want);
+        cause = observe::ClaimCause::Backlog;
         for task in claimed {
             let Some(permit) = permits.pop() else { break };
             executor::spawn(&shared, task, permit);
@@ -111,11 +127,11 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         if got < wanted {
             // Drained what was runnable: sleep until notified, or poll as a backstop
             // (notifications can be lost, and lapsed leases notify nobody).
-            tokio::select! {
-                () = shared.wake.notified() => {}
-                () = tokio::time::sleep(config.poll_interval) => {}
+            cause = tokio::select! {
+                () = shared.wake.notified() => observe::ClaimCause::Notified,
+                () = tokio::time::sleep(config.poll_interval) => observe::ClaimCause::Poll,
                 () = shutdown.cancelled() => return,
-            }
+            };
         }
     }
 }
@@ -199,8 +215,14 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
                     tracing::info!(task = %id, "cancellation requested (notified); stopping the run");
                 }
             }
+            // One idle worker per set of tools answers these: the one on duty.
+            Event::Runnable => {
+                if shared.on_duty.load(Ordering::SeqCst) {
+                    shared.wake.notify_one();
+                }
+            }
             // After a gap anything may have become claimable: look for work now.
-            Event::Runnable | Event::Resync => shared.wake.notify_one(),
+            Event::Resync => shared.wake.notify_one(),
             Event::Changed { .. } => {}
         }
     }
