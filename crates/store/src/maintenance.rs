@@ -107,6 +107,38 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// Gives the task table its first statistics, once it has `min_rows` live rows and
+    /// none yet; true once it has some (then autovacuum keeps them, and this need not be
+    /// asked again).
+    ///
+    /// Until a table's first ANALYZE the planner has no idea how few owners share its
+    /// rows, and plans a primary-key lookup (`tenant, principal, id`) as a scan of the
+    /// owner's part of `tasks_owner_created` (which has `id` last): a finish batch then
+    /// read every task of its owner once per task it finished. Autovacuum analyzes only
+    /// every `autovacuum_naptime` (a minute by default), long enough for a busy new
+    /// database to slow down to a crawl first.
+    #[tracing::instrument(name = "db.maintenance.first_analyze", skip_all, err(level = "debug"))]
+    pub async fn analyze_if_never(&self, min_rows: i64) -> Result<bool> {
+        let (analyzed, live): (bool, i64) = sqlx::query_as(
+            "SELECT last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL, n_live_tup
+             FROM pg_stat_user_tables WHERE relid = 'tasks'::regclass",
+        )
+        .fetch_one(self.pool())
+        .await
+        .db()?;
+        if analyzed {
+            return Ok(true);
+        }
+        if live < min_rows {
+            return Ok(false);
+        }
+        sqlx::query("ANALYZE tasks")
+            .execute(self.pool())
+            .await
+            .db()?;
+        Ok(true)
+    }
+
     /// One maintenance pass: expire, delete, forget tombstones and ended sessions. Each
     /// step repeats its batch while batches come back full (up to `MAX_ROUNDS`), so
     /// maintenance keeps up with any rate of expiry instead of one batch per interval.
