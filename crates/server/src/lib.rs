@@ -24,6 +24,7 @@ mod push;
 mod reply;
 mod request_state;
 mod session;
+mod sse;
 mod tasks_methods;
 mod tools_call;
 mod trace;
