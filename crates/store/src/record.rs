@@ -90,6 +90,50 @@ fn end_reason(code: &str) -> Option<EndReason> {
     })
 }
 
+/// How a row says its task stands. A task the service ended on its own account has an
+/// `end_reason`; its status message and error, when the row has none, are composed from it.
+struct Standing {
+    status: TaskStatus,
+    end_reason: Option<EndReason>,
+    status_message: Option<String>,
+    error: Option<ErrorObject>,
+}
+
+impl Standing {
+    fn read(
+        id: Uuid,
+        status: &str,
+        status_message: Option<String>,
+        error: Option<Value>,
+        end_reason_code: Option<&str>,
+        attempt: i32,
+    ) -> Result<Self, StoreError> {
+        let status = status.parse().map_err(|e: String| corrupt(id, &e))?;
+        let end_reason = end_reason_code
+            .map(|code| end_reason(code).ok_or_else(|| corrupt(id, "unknown end_reason")))
+            .transpose()?;
+        let error = match error {
+            Some(error) => Some(
+                serde_json::from_value(error)
+                    .map_err(|_| corrupt(id, "error is not a JSON-RPC error object"))?,
+            ),
+            None => end_reason.and_then(|r| r.error(attempt)),
+        };
+        let status_message =
+            status_message.or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        Ok(Self {
+            status,
+            end_reason,
+            status_message,
+            error,
+        })
+    }
+}
+
+fn corrupt(id: Uuid, what: &str) -> StoreError {
+    StoreError::corrupt(format!("task {id}: {what}"))
+}
+
 /// A task as stored. A task the service ended on its own account has an `end_reason`,
 /// and its `status_message` and `error` are composed from it (`mcp_tasks_wire` has the
 /// words).
@@ -128,30 +172,26 @@ impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
 
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
-        let status = row.status.parse().map_err(|e: String| corrupt(&e))?;
-        let end_reason = row
-            .end_reason
-            .as_deref()
-            .map(|code| end_reason(code).ok_or_else(|| corrupt("unknown end_reason")))
-            .transpose()?;
-        let error = match row.error.clone() {
-            Some(error) => Some(
-                serde_json::from_value(error)
-                    .map_err(|_| corrupt("error is not a JSON-RPC error object"))?,
-            ),
-            None => end_reason.and_then(|r| r.error(row.attempt)),
-        };
-        let status_message = row
-            .status_message
-            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        let Standing {
+            status,
+            end_reason,
+            status_message,
+            error,
+        } = Standing::read(
+            row.id,
+            &row.status,
+            row.status_message,
+            row.error,
+            row.end_reason.as_deref(),
+            row.attempt,
+        )?;
         let input_requests = match row.input_requests.clone() {
             None => None,
             Some(Value::Object(m)) => Some(m),
-            Some(_) => return Err(corrupt("input_requests is not an object")),
+            Some(_) => return Err(corrupt(row.id, "input_requests is not an object")),
         };
         let Value::Object(input_responses) = row.input_responses.clone() else {
-            return Err(corrupt("input_responses is not an object"));
+            return Err(corrupt(row.id, "input_responses is not an object"));
         };
         Ok(Self {
             owner: Owner {
@@ -219,25 +259,21 @@ impl TryFrom<ViewRow> for TaskView {
     type Error = StoreError;
 
     fn try_from(row: ViewRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
-        let status: TaskStatus = row.status.parse().map_err(|e: String| corrupt(&e))?;
-        let end_reason = row
-            .end_reason
-            .as_deref()
-            .map(|code| end_reason(code).ok_or_else(|| corrupt("unknown end_reason")))
-            .transpose()?;
-        let error = match row.error {
-            Some(error) => Some(
-                serde_json::from_value(error)
-                    .map_err(|_| corrupt("error is not a JSON-RPC error object"))?,
-            ),
-            None => end_reason.and_then(|r| r.error(row.attempt)),
-        };
-        let status_message = row
-            .status_message
-            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        let Standing {
+            status,
+            status_message,
+            error,
+            ..
+        } = Standing::read(
+            row.id,
+            &row.status,
+            row.status_message,
+            row.error,
+            row.end_reason.as_deref(),
+            row.attempt,
+        )?;
         if row.input_requests.as_ref().is_some_and(|r| !r.is_object()) {
-            return Err(corrupt("input_requests is not an object"));
+            return Err(corrupt(row.id, "input_requests is not an object"));
         }
         Ok(TaskView {
             task_id: TaskId(row.id).to_string(),
