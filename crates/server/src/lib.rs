@@ -19,6 +19,7 @@ mod error;
 mod http;
 mod legacy;
 mod limits;
+mod mrtr;
 mod params;
 mod push;
 mod reply;
