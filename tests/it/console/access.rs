@@ -153,7 +153,7 @@ async fn tasks_a_viewer_may_not_see_answer_exactly_like_unknown_ids() {
     )
     .await;
 
-    let alice = Console::new(app.url()).as_owner("default", "alice");
+    let alice = Console::new(app.url()).signed_as("default", "alice");
     alice.open().await;
     let own = alice.task(&id).await;
     assert_eq!(own.status, 200, "{own:?}");
@@ -162,9 +162,9 @@ async fn tasks_a_viewer_may_not_see_answer_exactly_like_unknown_ids() {
         Some("working")
     );
 
-    let bob = Console::new(app.url()).as_owner("default", "bob");
+    let bob = Console::new(app.url()).signed_as("default", "bob");
     bob.open().await;
-    let other_tenant = Console::new(app.url()).as_owner("other", "alice");
+    let other_tenant = Console::new(app.url()).signed_as("other", "alice");
     other_tenant.open().await;
     let unknown = TaskId::random().to_string();
     let pages = [
@@ -284,14 +284,14 @@ async fn posts_without_the_session_csrf_token_or_from_another_origin_change_noth
         json!({ "seconds": 60 }),
     )
     .await;
-    let alice = Console::new(app.url()).as_owner("default", "alice");
+    let alice = Console::new(app.url()).signed_as("default", "alice");
     alice.open().await;
     let page = alice.task(&id).await;
     let csrf = page.csrf();
     let cancel = format!("/console/tasks/{id}/cancel");
 
     // Another browser's session has a token of its own, which is no good here.
-    let other = Console::new(app.url()).as_owner("default", "alice");
+    let other = Console::new(app.url()).signed_as("default", "alice");
     other.open().await;
     let foreign_csrf = other.task(&id).await.csrf();
     assert_ne!(foreign_csrf, csrf);

@@ -47,7 +47,7 @@ async fn the_cancel_button_stops_a_running_task() {
     )
     .await;
 
-    let alice = Console::new(app.url()).as_owner("default", "alice");
+    let alice = Console::new(app.url()).signed_as("default", "alice");
     alice.open().await;
     let page = alice.task(&id).await;
     assert!(page.has(r#"id="task-cancel""#), "{}", page.body);
@@ -91,7 +91,7 @@ async fn answering_the_form_completes_the_input_round_like_tasks_update() {
     )
     .await;
 
-    let alice = Console::new(app.url()).as_owner("default", "alice");
+    let alice = Console::new(app.url()).signed_as("default", "alice");
     alice.open().await;
     let page = alice.task(&id).await;
     assert_eq!(
@@ -172,7 +172,7 @@ async fn the_live_stream_follows_the_task_to_its_end() {
         "input_required",
     )
     .await;
-    let alice = Console::new(app.url()).as_owner("default", "alice");
+    let alice = Console::new(app.url()).signed_as("default", "alice");
     alice.open().await;
     let mut events = SseStream::new(alice.send_get(&format!("/console/tasks/{id}/events")).await);
     assert_eq!(events.status, 200);
@@ -229,7 +229,7 @@ async fn bad_input_gets_an_error_page_and_changes_nothing() {
         .await;
     let api = app.client("alice");
     let id = task_in_status(&api, "multi_input", json!({}), "input_required").await;
-    let alice = Console::new(app.url()).as_owner("default", "alice");
+    let alice = Console::new(app.url()).signed_as("default", "alice");
     alice.open().await;
     let page = alice.task(&id).await;
     let csrf = page.csrf();

@@ -84,7 +84,7 @@ impl Console {
     }
 
     /// As principal `who` of tenant `tenant` of a replica with header authentication.
-    pub(crate) fn as_owner(mut self, tenant: &str, who: &str) -> Self {
+    pub(crate) fn signed_as(mut self, tenant: &str, who: &str) -> Self {
         self.extra.push(("x-test-tenant".into(), tenant.into()));
         self.extra.push(("x-test-principal".into(), who.into()));
         self
