@@ -8,6 +8,7 @@
 mod access;
 mod actions;
 mod oauth;
+mod replicas;
 
 use mcp_tasks_server::{ConsoleConfig, ServerConfig};
 use reqwest::header::HeaderMap;
