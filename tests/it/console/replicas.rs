@@ -1,5 +1,6 @@
 //! The console as processes run it: off unless asked for with `serve`, and stateless
-//! across replicas (a session signed in on one works on another with the same keys).
+//! across replicas (a session signed in on one works on another with the same keys, and
+//! a sign-out on one ends it on all).
 
 use mcp_tasks_server::KeySource;
 use mcp_tasks_wire::secret::Secret;
@@ -70,7 +71,7 @@ async fn serve_serves_the_console_only_when_asked_to() {
 }
 
 #[tokio::test]
-async fn a_session_made_on_one_replica_is_good_on_another() {
+async fn a_session_made_on_one_replica_is_good_on_another_until_signed_out() {
     // One audience for both replicas, so the same token is good on either.
     let jwt = Jwt::new(KeySource::Hs256(Secret::new(SECRET)))
         .tweak(|c| c.audience = Some("mcp-tasks-console-test".into()));
@@ -125,5 +126,13 @@ async fn a_session_made_on_one_replica_is_good_on_another() {
         .await
         .expect("sign out");
     assert_eq!(out.status(), 303);
+    // Signed out for every replica: the old cookie, replayed on the first, is refused.
+    let replay = other
+        .get(format!("{}/console/tasks", app.replicas[0].origin()))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("the first replica");
+    assert_eq!(replay.status(), 303, "a signed-out session still works");
     app.stop().await;
 }
