@@ -25,6 +25,7 @@ mod queue;
 mod record;
 mod sessions;
 mod stats;
+mod tenant_read;
 mod watch;
 
 use std::sync::Arc;
