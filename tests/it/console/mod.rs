@@ -9,6 +9,7 @@ mod access;
 mod actions;
 mod oauth;
 mod replicas;
+mod views;
 
 use mcp_tasks_server::{ConsoleConfig, ServerConfig};
 use reqwest::header::HeaderMap;
