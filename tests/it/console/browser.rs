@@ -20,7 +20,7 @@ use mcp_tasks_client::Client as McpClient;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 
 use crate::harness::TestDb;
 use crate::harness::jwt::{self, TempDir};
@@ -139,16 +139,25 @@ pub(super) fn screenshot_dir() -> PathBuf {
         })
 }
 
+/// How many browsers run at once in this test process: each is a handful of processes
+/// and a few hundred MB, and the whole suite runs side by side on two cores.
+static BROWSERS: Semaphore = Semaphore::const_new(2);
+
 /// A headless chromium with a profile of its own, at the console of `origin`.
 pub(super) struct Browser {
     pub(super) wd: Client,
     pub(super) origin: String,
     _driver: Driver,
     _profile: TempDir,
+    _turn: SemaphorePermit<'static>,
 }
 
 impl Browser {
     pub(super) async fn open(origin: &str) -> Self {
+        let turn = BROWSERS
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
         let programs = programs().await;
         let driver = Driver::start(&programs.chromedriver).await;
         let profile = TempDir::new();
@@ -178,6 +187,7 @@ impl Browser {
             origin: origin.to_owned(),
             _driver: driver,
             _profile: profile,
+            _turn: turn,
         }
     }
 

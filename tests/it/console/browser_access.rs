@@ -102,24 +102,33 @@ async fn another_principals_or_another_tenants_task_is_the_same_page_as_an_unkno
     browser.close().await;
 }
 
-/// The value of the hidden `csrf` input of `form`, and the form's action URL.
-async fn form_of(browser: &Browser, form: &str) -> (String, String) {
-    let csrf = browser
-        .wait_for(&format!("{form} input[name=csrf]"))
+/// What `form` would post: its CSRF token, its action URL, and its other fields as a
+/// person leaving them as they are would send them.
+async fn form_of(browser: &Browser, form: &str) -> (String, String, Vec<(String, String)>) {
+    browser.wait_for(&format!("{form} input[name=csrf]")).await;
+    let script = "var f = document.querySelector(arguments[0]); \
+        return [f.action, Array.from(new FormData(f)).map(p => [p[0], String(p[1])])];";
+    let got = browser
+        .wd
+        .execute(script, vec![json!(form)])
         .await
-        .prop("value")
-        .await
-        .expect("reading the CSRF field")
-        .unwrap_or_default();
-    assert!(!csrf.is_empty(), "{form} carries an empty CSRF token");
-    let action = browser
-        .wait_for(form)
-        .await
-        .prop("action")
-        .await
-        .expect("reading the form's action")
-        .expect("a form has an action");
-    (csrf, action)
+        .expect("reading the form");
+    let action = got[0].as_str().expect("a form has an action").to_owned();
+    let mut csrf = String::new();
+    let mut fields = Vec::new();
+    for pair in got[1].as_array().expect("the form's fields") {
+        let (name, value) = (
+            pair[0].as_str().unwrap_or_default(),
+            pair[1].as_str().unwrap_or_default(),
+        );
+        if name == "csrf" {
+            value.clone_into(&mut csrf);
+        } else {
+            fields.push((name.to_owned(), value.to_owned()));
+        }
+    }
+    assert!(!csrf.is_empty(), "{form} carries no CSRF token");
+    (csrf, action, fields)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +146,7 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
         .sign_in_with_token(&Console::token("alice", "acme"))
         .await;
     let cookie = browser.cookie_header().await;
-    let post = |url: String, fields: Vec<(&'static str, String)>| {
+    let post = |url: String, fields: Vec<(String, String)>| {
         http()
             .post(url)
             .header("cookie", cookie.clone())
@@ -148,23 +157,31 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
 
     browser.goto(&format!("/console/tasks/{waiting}")).await;
     let answer = "form.task-answer[data-key=\"approve_outline\"]";
-    let (_, answer_url) = form_of(&browser, answer).await;
+    let (_, answer_url, mut answer_fields) = form_of(&browser, answer).await;
+    // The form's own fields (the request's key, the unticked box), and the accept button.
+    answer_fields.push(("action".into(), "accept".into()));
     browser.goto(&format!("/console/tasks/{running}")).await;
-    let (csrf, cancel_url) = form_of(&browser, "form#task-cancel").await;
+    let (csrf, cancel_url, cancel_fields) = form_of(&browser, "form#task-cancel").await;
 
     for (what, fields) in [
         ("no CSRF field", vec![]),
-        ("an empty CSRF field", vec![("csrf", String::new())]),
-        ("a made-up CSRF token", vec![("csrf", format!("{csrf}x"))]),
+        (
+            "an empty CSRF field",
+            vec![("csrf".to_owned(), String::new())],
+        ),
+        (
+            "a made-up CSRF token",
+            vec![("csrf".to_owned(), format!("{csrf}x"))],
+        ),
     ] {
-        let refused = post(cancel_url.clone(), fields.clone())
-            .await
-            .expect("POST cancel");
+        let refused = post(
+            cancel_url.clone(),
+            [cancel_fields.clone(), fields.clone()].concat(),
+        )
+        .await
+        .expect("POST cancel");
         assert_eq!(refused.status(), 403, "cancel with {what}");
-        let mut answer_fields = fields;
-        answer_fields.push(("action", "accept".into()));
-        answer_fields.push(("approved", "on".into()));
-        let refused = post(answer_url.clone(), answer_fields)
+        let refused = post(answer_url.clone(), [answer_fields.clone(), fields].concat())
             .await
             .expect("POST answer");
         assert_eq!(refused.status(), 403, "answer with {what}");
@@ -190,9 +207,12 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
     browser.wait_for("table#tasks").await;
 
     // The same post with the page's token is taken: the refusals above were the token's.
-    let taken = post(cancel_url, vec![("csrf", csrf)])
-        .await
-        .expect("POST cancel");
+    let taken = post(
+        cancel_url,
+        [cancel_fields, vec![("csrf".into(), csrf)]].concat(),
+    )
+    .await
+    .expect("POST cancel");
     assert!(
         taken.status().is_success() || taken.status().is_redirection(),
         "cancel with the page's token: {}",
