@@ -21,7 +21,8 @@ use crate::error::RpcError;
 use crate::{AppState, dispatch, session};
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let console = state.config().console.is_some();
+    let router = Router::new()
         .route("/mcp", any(mcp))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -33,8 +34,13 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/.well-known/oauth-protected-resource/{*path}",
             get(resource_metadata),
-        )
-        .with_state(state)
+        );
+    let router = if console {
+        router.merge(crate::console::routes(state.clone()))
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 /// RFC 9728 protected-resource metadata: where clients get tokens for this server.
@@ -504,7 +510,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// DNS-rebinding defence: the `Host` must be one this replica answers to, and an
 /// `Origin`, when a browser sends one, must name an allowed host too.
-fn check_host_and_origin(state: &AppState, headers: &HeaderMap) -> Result<(), String> {
+pub(crate) fn check_host_and_origin(state: &AppState, headers: &HeaderMap) -> Result<(), String> {
     let allowed = &state.config().allowed_hosts;
     let host = headers
         .get(header::HOST)

@@ -14,6 +14,7 @@ mod auth;
 mod catalog;
 mod config;
 mod conn;
+mod console;
 mod dispatch;
 mod error;
 mod http;
@@ -45,6 +46,7 @@ pub use auth::{
 pub use config::{AllowedHosts, ServerConfig};
 pub use conn::serve;
 pub use conn::settings::{ConnectionConfig, ConnectionLimit};
+pub use console::{AdminClaim, ConsoleConfig};
 pub use http::router;
 pub use limits::RateLimit;
 pub use push::HubConfig;
@@ -67,6 +69,8 @@ struct Inner {
     waker: Waker,
     streams: Arc<StreamCounts>,
     rate: Option<RateLimiter>,
+    /// What the console learnt of the OAuth authorization server (see `console::oauth`).
+    console_oauth: console::OAuthCache,
     background: Background,
 }
 
@@ -135,6 +139,7 @@ impl AppState {
                 waker,
                 streams: Arc::new(StreamCounts::default()),
                 rate: config_rate.map(RateLimiter::new),
+                console_oauth: console::OAuthCache::default(),
                 background,
             }),
         }
@@ -147,6 +152,10 @@ impl AppState {
     /// Tells the workers there is work (coalesced).
     fn wake_workers(&self) {
         self.inner.waker.wake();
+    }
+
+    fn console_oauth(&self) -> &console::OAuthCache {
+        &self.inner.console_oauth
     }
 
     fn rate_limiter(&self) -> Option<&RateLimiter> {

@@ -24,6 +24,7 @@ mod queue;
 mod record;
 mod sessions;
 mod stats;
+mod tenant_read;
 mod watch;
 
 use std::sync::Arc;

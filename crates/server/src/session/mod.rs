@@ -22,7 +22,7 @@ mod revision;
 mod shapes;
 mod stream;
 mod tasks;
-mod token;
+pub(crate) mod token;
 
 use std::future::Future;
 

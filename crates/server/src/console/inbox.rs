@@ -1,0 +1,27 @@
+//! `GET /console/inbox`: a placeholder until its page lands (console-views replaces
+//! this file).
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use maud::html;
+
+use super::layout;
+use super::session::Viewer;
+use crate::AppState;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/console/inbox", get(page))
+}
+
+async fn page(viewer: Viewer) -> Response {
+    layout::respond(
+        StatusCode::OK,
+        layout::page(
+            &viewer,
+            "Inbox",
+            html! { h1 { "Inbox" } p { "Not built yet." } },
+        ),
+    )
+}

@@ -1,0 +1,240 @@
+//! Who is looking at the console: the session cookie, its CSRF token, and the [`Viewer`]
+//! every page and action is served to.
+//!
+//! Replicas keep nothing, so the session lives in its cookie (`mcp_tasks_console`),
+//! sealed with the state keys every replica shares (as 2025-era session ids are): the
+//! bearer token the viewer signed in with (none with `--auth none`), a random nonce, and
+//! an expiry. The cookie is signed, not encrypted: it holds nothing its holder does not
+//! already have, and it is `HttpOnly`, so no script reads it. Every request verifies the
+//! token again with the API's own authenticator, so an expired or foreign token never
+//! gets further than it would on `/mcp`. The CSRF token of a session is the nonce sealed
+//! under another prefix: only this service can make it, and it fits one session only.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use mcp_tasks_store::{Owner, TaskRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::AppState;
+use crate::auth::AuthError;
+
+pub(crate) const COOKIE: &str = "mcp_tasks_console";
+const SESSION_PREFIX: &str = "mcpc1.";
+const CSRF_PREFIX: &str = "mcpx1.";
+/// Browsers keep cookies of up to about 4 KiB.
+pub(crate) const MAX_COOKIE_BYTES: usize = 4000;
+/// Longest bearer token a session can carry (what fits in the cookie once sealed).
+pub(crate) const MAX_TOKEN_BYTES: usize = 2800;
+
+/// What the session cookie carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Session {
+    /// The bearer token; `None` before sign-in, and with an authenticator that needs none.
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
+    #[serde(rename = "n")]
+    pub(crate) nonce: String,
+    /// Unix milliseconds.
+    #[serde(rename = "x")]
+    pub(crate) expires_ms: i64,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+    i64::try_from(now).unwrap_or(i64::MAX)
+}
+
+impl Session {
+    /// A new session (a new nonce, so a new CSRF token) lasting the configured session time.
+    pub(crate) fn new(state: &AppState, token: Option<String>) -> Self {
+        let ttl = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
+        Self {
+            token,
+            nonce: crate::session::token::nonce(),
+            expires_ms: now_ms().saturating_add(ttl),
+        }
+    }
+
+    /// The session of a request, when its cookie is one this service sealed and unexpired.
+    pub(crate) fn from_headers(state: &AppState, headers: &HeaderMap) -> Option<Self> {
+        let value = cookie(headers, COOKIE)?;
+        let json = state
+            .state_keys()
+            .open(SESSION_PREFIX, value, MAX_COOKIE_BYTES)?;
+        let session: Self = serde_json::from_slice(&json).ok()?;
+        (session.expires_ms > now_ms()).then_some(session)
+    }
+
+    pub(crate) fn csrf(&self, state: &AppState) -> String {
+        state.state_keys().seal(CSRF_PREFIX, self.nonce.as_bytes())
+    }
+
+    /// Whether `token` is this session's CSRF token.
+    pub(crate) fn csrf_matches(&self, state: &AppState, token: &str) -> bool {
+        state
+            .state_keys()
+            .open(CSRF_PREFIX, token, 256)
+            .is_some_and(|nonce| nonce == self.nonce.as_bytes())
+    }
+
+    /// `Set-Cookie` for this session.
+    pub(crate) fn set_cookie(&self, state: &AppState) -> HeaderValue {
+        let sealed = state.state_keys().seal(
+            SESSION_PREFIX,
+            &serde_json::to_vec(self).unwrap_or_default(),
+        );
+        let max_age = (self.expires_ms - now_ms()).max(0) / 1000;
+        cookie_header(state, COOKIE, &sealed, "/console", max_age, "Strict")
+    }
+}
+
+/// `Set-Cookie` that deletes the session.
+pub(crate) fn clear_cookie(state: &AppState) -> HeaderValue {
+    cookie_header(state, COOKIE, "", "/console", 0, "Strict")
+}
+
+pub(crate) fn cookie_header(
+    state: &AppState,
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: i64,
+    same_site: &str,
+) -> HeaderValue {
+    let secure = if super::config(state).is_some_and(|c| c.secure_cookies) {
+        "; Secure"
+    } else {
+        ""
+    };
+    let text = format!(
+        "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite={same_site}{secure}"
+    );
+    // Sealed values are base64url and dots: always a valid header value.
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid=1"))
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Whoever a console page is served to: signed in (or, with an authenticator that needs
+/// no token, simply there), verified by the API's authenticator on this very request.
+#[derive(Debug, Clone)]
+pub(crate) struct Viewer {
+    pub(crate) owner: Owner,
+    /// Sees every task of its tenant (status and timeline; never others' arguments,
+    /// answers or results).
+    pub(crate) is_admin: bool,
+    pub(crate) session: Session,
+    pub(crate) csrf: String,
+}
+
+impl Viewer {
+    /// Whether the viewer may see this task at all: its own, or any of its tenant's as an
+    /// admin. Never another tenant's.
+    pub(crate) fn can_see(&self, task: &TaskRecord) -> bool {
+        task.owner.tenant == self.owner.tenant && (self.is_owner(task) || self.is_admin)
+    }
+
+    /// Whether the task is the viewer's own: only then are its arguments, answers and
+    /// result shown, and only then can it be answered.
+    pub(crate) fn is_owner(&self, task: &TaskRecord) -> bool {
+        task.owner == self.owner
+    }
+
+    /// Who the viewer is, for the layout's header.
+    pub(crate) fn label(&self) -> String {
+        let role = if self.is_admin { " (admin)" } else { "" };
+        format!("{} / {}{role}", self.owner.tenant, self.owner.principal)
+    }
+
+    /// Resolves the viewer of a request: `Err` with why there is none.
+    pub(crate) async fn resolve(state: &AppState, headers: &HeaderMap) -> Result<Self, NoViewer> {
+        let session = Session::from_headers(state, headers).ok_or(NoViewer::NoSession)?;
+        Self::with_session(state, headers, session).await
+    }
+
+    /// The viewer `session` makes of a request.
+    pub(crate) async fn with_session(
+        state: &AppState,
+        headers: &HeaderMap,
+        session: Session,
+    ) -> Result<Self, NoViewer> {
+        // The API's own authenticator sees the request as it came, with the session's
+        // token as its credentials (and no other).
+        let mut credentials = headers.clone();
+        credentials.remove(header::AUTHORIZATION);
+        credentials.remove(header::COOKIE);
+        if let Some(token) = &session.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| NoViewer::Refused(AuthError::Invalid("malformed token".into())))?;
+            credentials.insert(header::AUTHORIZATION, value);
+        }
+        let identity = state
+            .auth()
+            .identify(&credentials)
+            .await
+            .map_err(NoViewer::Refused)?;
+        let is_admin = match (
+            super::config(state).and_then(|c| c.admin_claim.as_ref()),
+            &identity.claims,
+        ) {
+            (Some(claim), Some(claims)) => claim.holds(claims),
+            _ => false,
+        };
+        if let Some(limiter) = state.rate_limiter()
+            && limiter
+                .check(&identity.owner, std::time::Instant::now())
+                .is_err()
+        {
+            return Err(NoViewer::RateLimited);
+        }
+        let csrf = session.csrf(state);
+        Ok(Self {
+            owner: identity.owner,
+            is_admin,
+            session,
+            csrf,
+        })
+    }
+
+    /// Whether `token` (a form's `csrf` field) is this session's.
+    pub(crate) fn csrf_matches(&self, state: &AppState, token: Option<&str>) -> bool {
+        token.is_some_and(|t| self.session.csrf_matches(state, t))
+    }
+}
+
+/// Why a request has no viewer.
+#[derive(Debug)]
+pub(crate) enum NoViewer {
+    NoSession,
+    Refused(AuthError),
+    RateLimited,
+}
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        match Self::resolve(state, &parts.headers).await {
+            Ok(viewer) => Ok(viewer),
+            Err(NoViewer::RateLimited) => Err(super::layout::too_many_requests()),
+            Err(why) => {
+                if let NoViewer::Refused(e) = &why {
+                    tracing::info!(reason = %e, "console: not signed in");
+                }
+                Err(Redirect::to("/console/signin").into_response())
+            }
+        }
+    }
+}
