@@ -94,9 +94,12 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     let h = response.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, csp());
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser's form posts carry
+    // `Origin: null`, which the origin check (rightly) refuses, so no form would work.
+    // Other sites still get no referrer.
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
