@@ -30,10 +30,6 @@ use crate::harness::procs::Proc;
 /// How long anything in the browser may take: generous, for a loaded 2-core machine.
 pub(super) const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The resource (and so the token audience) of the console's replica. A fixed name: the
-/// replica listens on a port chosen at start, and `aud` only has to match.
-pub(super) const RESOURCE: &str = "http://mcp-tasks.test/mcp";
-
 /// The worker's id, which the health page lists.
 pub(super) const WORKER_ID: &str = "console-worker-1";
 
@@ -409,6 +405,9 @@ pub(super) struct Console {
     pub(super) replica: Proc,
     worker: Option<Proc>,
     pub(super) origin: String,
+    /// The replica's resource (its MCP URL): the tokens' audience, and where the console
+    /// sends the authorization server's redirects back to.
+    resource: String,
 }
 
 impl Console {
@@ -433,14 +432,22 @@ impl Console {
 
     async fn launch(env: &[(&str, &str)]) -> Self {
         let db = TestDb::new().await;
+        // The resource must name the replica's real address before it starts (OAuth
+        // redirects come back to it), so the port is picked here, not by the replica.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let resource = format!("http://{listen}/mcp");
         let mut env = env.to_vec();
-        env.push(("MCP_TASKS_RESOURCE", RESOURCE));
+        env.push(("MCP_TASKS_RESOURCE", &resource));
         let replica = Proc::serve_args(
             &db.url,
             &[
                 "serve",
                 "--listen",
-                "127.0.0.1:0",
+                &listen,
                 "--tools",
                 "demo,conformance",
                 "--auth",
@@ -456,6 +463,7 @@ impl Console {
             replica,
             worker: None,
             origin,
+            resource,
         }
     }
 
@@ -474,13 +482,16 @@ impl Console {
     }
 
     /// A bearer token of principal `sub` in `tenant`, for this replica.
-    pub(super) fn token(sub: &str, tenant: &str) -> String {
-        jwt::hs256(jwt::SECRET.as_bytes(), &jwt::claims(RESOURCE, sub, tenant))
+    pub(super) fn token(&self, sub: &str, tenant: &str) -> String {
+        jwt::hs256(
+            jwt::SECRET.as_bytes(),
+            &jwt::claims(&self.resource, sub, tenant),
+        )
     }
 
     /// An MCP client of the replica as principal `sub` in `tenant`.
     pub(super) fn client(&self, sub: &str, tenant: &str) -> McpClient {
-        McpClient::with_tasks(self.replica.url()).bearer(Self::token(sub, tenant))
+        McpClient::with_tasks(self.replica.url()).bearer(self.token(sub, tenant))
     }
 }
 

@@ -48,7 +48,7 @@ async fn another_principals_or_another_tenants_task_is_the_same_page_as_an_unkno
 
     // Its owner sees it, so the pages below are refusals, not a broken page.
     browser
-        .sign_in_with_token(&Console::token("alice", "acme"))
+        .sign_in_with_token(&console.token("alice", "acme"))
         .await;
     browser.goto(&format!("/console/tasks/{id}")).await;
     browser.wait_text("#task-status", "working").await;
@@ -57,7 +57,7 @@ async fn another_principals_or_another_tenants_task_is_the_same_page_as_an_unkno
     for (sub, tenant) in [("bob", "acme"), ("alice", "globex")] {
         browser.forget().await;
         browser
-            .sign_in_with_token(&Console::token(sub, tenant))
+            .sign_in_with_token(&console.token(sub, tenant))
             .await;
         let (code, page) = seen(&browser, &format!("/console/tasks/{id}"), &id).await;
         let (unknown_code, unknown_page) =
@@ -143,7 +143,7 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
         fixtures::task_in_status(&alice, "generate_report", json!({}), "input_required").await;
     let browser = Browser::open(&console.origin).await;
     browser
-        .sign_in_with_token(&Console::token("alice", "acme"))
+        .sign_in_with_token(&console.token("alice", "acme"))
         .await;
     let cookie = browser.cookie_header().await;
     let post = |url: String, fields: Vec<(String, String)>| {
@@ -188,7 +188,7 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
     }
     let signin = http()
         .post(browser.url("/console/signin"))
-        .form(&[("token", Console::token("mallory", "acme"))])
+        .form(&[("token", console.token("mallory", "acme"))])
         .send()
         .await
         .expect("POST signin");
@@ -251,7 +251,7 @@ async fn the_list_inbox_and_health_pages_show_the_principals_tasks() {
 
     let browser = Browser::open(&console.origin).await;
     browser
-        .sign_in_with_token(&Console::token("alice", "acme"))
+        .sign_in_with_token(&console.token("alice", "acme"))
         .await;
     browser.goto("/console").await;
     browser.wait_path("/console/tasks").await;

@@ -6,7 +6,7 @@
 use mcp_tasks_store::Owner;
 use serde_json::json;
 
-use super::browser::{Browser, Console, PATIENCE};
+use super::browser::{Browser, Console, PATIENCE, WORKER_ID};
 use crate::harness::fixtures::{self, create_task, new_task};
 use crate::harness::oauth_as::AuthServer;
 use crate::harness::status;
@@ -27,7 +27,7 @@ async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_sho
         .await;
     browser.shot("signin").await;
     browser
-        .sign_in_with_token(&Console::token("alice", "acme"))
+        .sign_in_with_token(&console.token("alice", "acme"))
         .await;
 
     // No worker yet: the task stays `working` while the page is opened.
@@ -53,9 +53,11 @@ async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_sho
     console.start_worker();
     browser.wait_text("#task-status", "input_required").await;
     browser.wait_for(ANSWER).await;
-    browser
-        .wait_text_containing("#task-status-message", "Waiting for the outline")
-        .await;
+    // The status message too, as the API has it now.
+    let waiting = alice.get_task(&id).await.expect("tasks/get");
+    let message = waiting["statusMessage"].as_str().unwrap_or_default();
+    assert!(!message.is_empty(), "no status message: {waiting}");
+    browser.wait_text("#task-status-message", message).await;
     assert!(
         browser.still_marked().await,
         "the page was reloaded or left: the status must update live"
@@ -100,7 +102,7 @@ async fn console_declines_an_input_request_through_the_form() {
     let alice = console.client("alice", "acme");
     let browser = Browser::open(&console.origin).await;
     browser
-        .sign_in_with_token(&Console::token("alice", "acme"))
+        .sign_in_with_token(&console.token("alice", "acme"))
         .await;
     let id = fixtures::task_in_status(
         &alice,
@@ -134,7 +136,7 @@ async fn console_cancels_a_running_task_from_its_page() {
     let alice = console.client("alice", "acme");
     let browser = Browser::open(&console.origin).await;
     browser
-        .sign_in_with_token(&Console::token("alice", "acme"))
+        .sign_in_with_token(&console.token("alice", "acme"))
         .await;
 
     let (id, _) = create_task(
@@ -149,8 +151,12 @@ async fn console_cancels_a_running_task_from_its_page() {
         .wait_text_containing("#task-status-message", "Computing console")
         .await;
     browser.wait_text("#task-status", "working").await;
+    // The timeline (as of the page load) names the worker that holds the task.
+    browser.wd.refresh().await.expect("reload");
+    browser.wait_text_containing("#task-timeline", WORKER_ID).await;
     browser.submit("form#task-cancel").await;
     browser.wait_text("#task-status", "cancelled").await;
+    browser.wait_text_containing("#task-timeline", "cancel").await;
     browser.shot("task-cancelled").await;
 
     let task = alice.get_task(&id).await.expect("tasks/get");
@@ -191,21 +197,28 @@ async fn console_signs_in_with_oauth_and_pkce_through_the_authorization_server()
     // The authorization server logs alice in, consents, and sends the browser back.
     browser
         .wait_until("the console after the authorization server", || async {
-            browser.path().await.starts_with("/console/tasks")
-                && browser.find("table#tasks").await.is_some()
+            let path = browser.path().await;
+            path.starts_with("/console/") && path != "/console/signin"
         })
         .await;
     assert!(
         !browser.cookie_header().await.is_empty(),
         "no session cookie after OAuth"
     );
-    let row = |id: &str| format!("table#tasks tr[data-task-id=\"{id}\"]");
-    browser.wait_for(&row(&mine.id.to_string())).await;
-    assert!(
-        browser.find(&row(&theirs.id.to_string())).await.is_none(),
-        "alice's list shows bob's task"
-    );
+    // Signed in as the authorization server's user: alice of acme sees her task, and
+    // bob's is the page of an unknown id.
     browser.goto(&format!("/console/tasks/{}", mine.id)).await;
     browser.wait_text("#task-status", "working").await;
+    browser.wait_text("#task-owner", "alice").await;
+    browser.goto(&format!("/console/tasks/{}", theirs.id)).await;
+    browser
+        .wait_until("the page of bob's task to load", || async {
+            browser.body_text().await.contains("Sign out")
+        })
+        .await;
+    assert!(
+        browser.find("#task-status").await.is_none(),
+        "alice signed in through OAuth sees bob's task"
+    );
     browser.close().await;
 }
