@@ -20,6 +20,7 @@ mod error;
 mod http;
 mod legacy;
 mod limits;
+mod origin;
 mod params;
 mod push;
 mod reply;

@@ -22,6 +22,7 @@
 
 mod actions;
 mod config;
+mod extract;
 mod form;
 mod health;
 mod inbox;
@@ -29,7 +30,9 @@ mod layout;
 mod list;
 mod live;
 mod oauth;
+mod provider;
 mod schema_form;
+mod script;
 pub(crate) mod session;
 mod signin;
 mod task;
@@ -47,7 +50,7 @@ use sha2::{Digest, Sha256};
 use crate::AppState;
 
 pub use config::{AdminClaim, ConsoleConfig};
-pub(crate) use oauth::OAuthCache;
+pub(crate) use provider::OAuthCache;
 
 /// The console's routes, all under `/console`.
 pub(crate) fn routes(state: AppState) -> Router<AppState> {
@@ -71,17 +74,15 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .layer(middleware::from_fn_with_state(state, guard))
 }
 
-pub(crate) fn config(state: &AppState) -> Option<&ConsoleConfig> {
-    state.config().console.as_ref()
-}
-
 /// Every console request: the API's Host/Origin check (DNS rebinding), and for anything
 /// but a read, no cross-site request at all (`Origin` must name this very host, and a
 /// browser's `Sec-Fetch-Site` must not say cross-site). Then headers that keep pages out
 /// of frames, caches and referrers.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let headers = request.headers();
-    if let Err(reason) = crate::http::check_host_and_origin(&state, headers) {
+    if let Err(reason) =
+        crate::origin::check_host_and_origin(&state.config().allowed_hosts, headers)
+    {
         tracing::warn!(%reason, "console request refused: host or origin not allowed");
         return layout::forbidden(&reason);
     }
@@ -142,7 +143,7 @@ fn csp() -> HeaderValue {
     VALUE
         .get_or_init(|| {
             let hash = base64::engine::general_purpose::STANDARD
-                .encode(Sha256::digest(live::SCRIPT.as_bytes()));
+                .encode(Sha256::digest(script::SCRIPT.as_bytes()));
             let policy = format!(
                 "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{hash}'; \
                  connect-src 'self'; img-src 'self' data:; form-action 'self'; \

@@ -10,7 +10,6 @@
 //! authorization server's redirect back is a cross-site navigation.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
@@ -22,10 +21,10 @@ use oauth2::{
     RedirectUrl, TokenResponse, TokenUrl,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use super::layout;
-use super::session::{MAX_TOKEN_BYTES, cookie, cookie_header, now_ms};
+use super::provider::Provider;
+use super::session::{MAX_TOKEN_BYTES, cookie, cookie_header, now_ms, settings, sign_in};
 use crate::AppState;
 
 const COOKIE: &str = "mcp_tasks_console_oauth";
@@ -46,23 +45,6 @@ fn issuer(state: &AppState) -> Option<&str> {
         .authorization_servers
         .first()
         .map(String::as_str)
-}
-
-/// What a replica learnt of the authorization server (its endpoints, and the client id
-/// it registered), kept for the replica's life.
-#[derive(Default)]
-pub(crate) struct OAuthCache {
-    provider: tokio::sync::Mutex<Option<Arc<Provider>>>,
-}
-
-struct Provider {
-    issuer: String,
-    authorize: String,
-    token: String,
-    client_id: String,
-    /// Whether the server promises RFC 9207 `iss` in its redirects.
-    iss_parameter: bool,
-    http: reqwest::Client,
 }
 
 /// What the callback needs, sealed in its cookie.
@@ -88,112 +70,15 @@ fn redirect_uri(state: &AppState) -> Option<String> {
     Some(format!("{}/console/oauth/callback", public_origin(state)?))
 }
 
+/// The authorization server's endpoints and the console's client id there.
 async fn provider(state: &AppState) -> Result<Arc<Provider>, String> {
-    let mut cached = state.console_oauth().provider.lock().await;
-    if let Some(p) = cached.as_ref() {
-        return Ok(p.clone());
-    }
     let issuer = issuer(state).ok_or("no authorization server is configured")?;
     let redirect = redirect_uri(state).ok_or("the API's resource URL is not a URL")?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
-    let metadata = metadata(&http, issuer).await?;
-    let text = |k: &str| metadata.get(k).and_then(Value::as_str).map(str::to_owned);
-    let s256 = metadata
-        .get("code_challenge_methods_supported")
-        .and_then(Value::as_array)
-        .is_some_and(|m| m.iter().any(|x| x == "S256"));
-    if !s256 {
-        return Err(format!("{issuer} does not advertise PKCE S256"));
-    }
-    let client_id = match super::config(state).and_then(|c| c.oauth_client_id.clone()) {
-        Some(id) => id,
-        None => {
-            let endpoint = text("registration_endpoint").ok_or_else(|| {
-                format!("{issuer} offers no dynamic registration; set --console-oauth-client-id")
-            })?;
-            register(&http, &endpoint, &redirect).await?
-        }
-    };
-    let provider = Arc::new(Provider {
-        issuer: issuer.to_owned(),
-        authorize: text("authorization_endpoint")
-            .ok_or_else(|| format!("{issuer} has no authorization_endpoint"))?,
-        token: text("token_endpoint").ok_or_else(|| format!("{issuer} has no token_endpoint"))?,
-        client_id,
-        iss_parameter: metadata
-            .get("authorization_response_iss_parameter_supported")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        http,
-    });
-    *cached = Some(provider.clone());
-    Ok(provider)
-}
-
-/// RFC 8414 metadata, then OpenID discovery; a document naming another issuer is not used.
-async fn metadata(
-    http: &reqwest::Client,
-    issuer: &str,
-) -> Result<serde_json::Map<String, Value>, String> {
-    let base = issuer.trim_end_matches('/');
-    for suffix in ["oauth-authorization-server", "openid-configuration"] {
-        let url = format!("{base}/.well-known/{suffix}");
-        let Ok(response) = http.get(&url).send().await else {
-            continue;
-        };
-        if !response.status().is_success() {
-            continue;
-        }
-        if let Ok(Value::Object(doc)) = response.json::<Value>().await
-            && doc.get("issuer").and_then(Value::as_str) == Some(issuer)
-        {
-            return Ok(doc);
-        }
-    }
-    Err(format!(
-        "no usable authorization server metadata at {issuer}"
-    ))
-}
-
-async fn register(
-    http: &reqwest::Client,
-    endpoint: &str,
-    redirect: &str,
-) -> Result<String, String> {
-    let body = json!({
-        "client_name": "mcp-tasks console",
-        "redirect_uris": [redirect],
-        "grant_types": ["authorization_code"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
-        "application_type": "web",
-    });
-    let response = http
-        .post(endpoint)
-        .json(&body)
-        .send()
+    let client_id = settings(state).and_then(|c| c.oauth_client_id.clone());
+    state
+        .console_oauth()
+        .get(issuer, &redirect, client_id)
         .await
-        .map_err(|e| format!("registering at {endpoint}: {e}"))?;
-    let status = response.status();
-    let registered: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("registering at {endpoint}: {e}"))?;
-    if !status.is_success() {
-        return Err(format!(
-            "{endpoint} refused the registration (HTTP {status}): {registered}"
-        ));
-    }
-    let id = registered
-        .get("client_id")
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("{endpoint} returned no client_id"))?;
-    tracing::info!(%endpoint, "console: registered as an OAuth client");
-    Ok(id.to_owned())
 }
 
 fn client(
@@ -391,7 +276,7 @@ pub(crate) async fn callback(
             ),
         )
     };
-    match super::signin::signed_in(&state, &headers, token, done).await {
+    match sign_in(&state, &headers, token, done).await {
         Ok(mut response) => {
             response.headers_mut().append(
                 header::SET_COOKIE,

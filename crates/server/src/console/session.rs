@@ -10,13 +10,12 @@
 //! gets further than it would on `/mcp`. The CSRF token of a session is the nonce sealed
 //! under another prefix: only this service can make it, and it fits one session only.
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use mcp_tasks_store::{Owner, TaskRecord};
 use serde::{Deserialize, Serialize};
 
+use super::config::ConsoleConfig;
 use crate::AppState;
 use crate::auth::AuthError;
 
@@ -39,6 +38,11 @@ pub(crate) struct Session {
     /// Unix milliseconds.
     #[serde(rename = "x")]
     pub(crate) expires_ms: i64,
+}
+
+/// The console's settings (the console is served only when they are set).
+pub(crate) fn settings(state: &AppState) -> Option<&ConsoleConfig> {
+    state.config().console.as_ref()
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -103,7 +107,7 @@ pub(crate) fn cookie_header(
     max_age: i64,
     same_site: &str,
 ) -> HeaderValue {
-    let secure = if super::config(state).is_some_and(|c| c.secure_cookies) {
+    let secure = if settings(state).is_some_and(|c| c.secure_cookies) {
         "; Secure"
     } else {
         ""
@@ -186,7 +190,7 @@ impl Viewer {
             .await
             .map_err(NoViewer::Refused)?;
         let is_admin = match (
-            super::config(state).and_then(|c| c.admin_claim.as_ref()),
+            settings(state).and_then(|c| c.admin_claim.as_ref()),
             &identity.claims,
         ) {
             (Some(claim), Some(claims)) => claim.holds(claims),
@@ -222,19 +226,26 @@ pub(crate) enum NoViewer {
     RateLimited,
 }
 
-impl FromRequestParts<AppState> for Viewer {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        match Self::resolve(state, &parts.headers).await {
-            Ok(viewer) => Ok(viewer),
-            Err(NoViewer::RateLimited) => Err(super::layout::too_many_requests()),
-            Err(why) => {
-                if let NoViewer::Refused(e) = &why {
-                    tracing::info!(reason = %e, "console: not signed in");
-                }
-                Err(Redirect::to("/console/signin").into_response())
-            }
+/// A new session for `token` once the API's authenticator accepts it, set on the answer
+/// `then()` makes; `Err` says why the token was refused.
+pub(crate) async fn sign_in(
+    state: &AppState,
+    headers: &HeaderMap,
+    token: String,
+    then: impl FnOnce() -> Response,
+) -> Result<Response, String> {
+    let session = Session::new(state, Some(token));
+    match Viewer::with_session(state, headers, session.clone()).await {
+        Ok(viewer) => {
+            tracing::info!(tenant = %viewer.owner.tenant, principal = %viewer.owner.principal, admin = viewer.is_admin, "console: signed in");
+            let mut response = then();
+            response
+                .headers_mut()
+                .insert(header::SET_COOKIE, session.set_cookie(state));
+            Ok(response)
         }
+        Err(NoViewer::Refused(e)) => Err(format!("the token was refused: {e}")),
+        Err(NoViewer::RateLimited) => Err("too many requests; wait a moment".into()),
+        Err(NoViewer::NoSession) => Err("no session".into()),
     }
 }

@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use super::form::Form;
 use super::layout;
-use super::session::{MAX_TOKEN_BYTES, NoViewer, Session, Viewer, clear_cookie};
+use super::session::{MAX_TOKEN_BYTES, NoViewer, Session, Viewer, clear_cookie, sign_in};
 use crate::AppState;
 
 /// `GET /console/signin`: straight on to the tasks when the request already has a viewer
@@ -88,7 +88,7 @@ pub(crate) async fn submit(
     if token.len() > MAX_TOKEN_BYTES {
         return refuse(&format!("the token is longer than {MAX_TOKEN_BYTES} bytes"));
     }
-    signed_in(&state, &headers, token.to_owned(), || {
+    sign_in(&state, &headers, token.to_owned(), || {
         Redirect::to("/console/tasks").into_response()
     })
     .await
@@ -97,30 +97,6 @@ pub(crate) async fn submit(
 
 fn form_page(state: &AppState, session: &Session, why: &str) -> Markup {
     form(state, session, Some(why))
-}
-
-/// A new session for `token` once the authenticator accepts it, set on `then()`; `Err`
-/// with why the token was refused.
-pub(crate) async fn signed_in(
-    state: &AppState,
-    headers: &HeaderMap,
-    token: String,
-    then: impl FnOnce() -> Response,
-) -> Result<Response, String> {
-    let session = Session::new(state, Some(token));
-    match Viewer::with_session(state, headers, session.clone()).await {
-        Ok(viewer) => {
-            tracing::info!(tenant = %viewer.owner.tenant, principal = %viewer.owner.principal, admin = viewer.is_admin, "console: signed in");
-            let mut response = then();
-            response
-                .headers_mut()
-                .insert(header::SET_COOKIE, session.set_cookie(state));
-            Ok(response)
-        }
-        Err(NoViewer::Refused(e)) => Err(format!("the token was refused: {e}")),
-        Err(NoViewer::RateLimited) => Err("too many requests; wait a moment".into()),
-        Err(NoViewer::NoSession) => Err("no session".into()),
-    }
 }
 
 /// `POST /console/signout`: the cookie is deleted (the session's token stays valid until

@@ -9,7 +9,7 @@ use mcp_tasks_store::{Lookup, TaskId, TaskRecord};
 use serde_json::{Map, Value};
 
 use super::session::Viewer;
-use super::{layout, live, schema_form, timeline};
+use super::{layout, schema_form, script, timeline};
 use crate::AppState;
 
 /// The task `raw` names, when `viewer` may see it; otherwise the one 404 page, the same
@@ -88,7 +88,7 @@ fn body(viewer: &Viewer, task: &TaskRecord) -> Markup {
         }
         h2 { "Timeline" }
         (timeline::render(task))
-        script { (PreEscaped(live::SCRIPT)) }
+        script { (PreEscaped(script::SCRIPT)) }
     }
 }
 
