@@ -106,8 +106,10 @@ async fn another_principals_or_another_tenants_task_is_the_same_page_as_an_unkno
 /// person leaving them as they are would send them.
 async fn form_of(browser: &Browser, form: &str) -> (String, String, Vec<(String, String)>) {
     browser.wait_for(&format!("{form} input[name=csrf]")).await;
+    // `getAttribute`: `f.action` would be the form's control named "action" (a button).
     let script = "var f = document.querySelector(arguments[0]); \
-        return [f.action, Array.from(new FormData(f)).map(p => [p[0], String(p[1])])];";
+        return [new URL(f.getAttribute('action'), location.href).href, \
+                Array.from(new FormData(f)).map(p => [p[0], String(p[1])])];";
     let got = browser
         .wd
         .execute(script, vec![json!(form)])
@@ -203,8 +205,8 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
     assert_eq!(status(&task), "working", "{task}");
     let task = alice.get_task(&waiting).await.expect("tasks/get");
     assert_eq!(status(&task), "input_required", "{task}");
-    browser.goto("/console/tasks").await;
-    browser.wait_for("table#tasks").await;
+    browser.goto(&format!("/console/tasks/{running}")).await;
+    browser.wait_text("#task-status", "working").await;
 
     // The same post with the page's token is taken: the refusals above were the token's.
     let taken = post(

@@ -153,10 +153,14 @@ async fn console_cancels_a_running_task_from_its_page() {
     browser.wait_text("#task-status", "working").await;
     // The timeline (as of the page load) names the worker that holds the task.
     browser.wd.refresh().await.expect("reload");
-    browser.wait_text_containing("#task-timeline", WORKER_ID).await;
+    browser
+        .wait_text_containing("#task-timeline", WORKER_ID)
+        .await;
     browser.submit("form#task-cancel").await;
     browser.wait_text("#task-status", "cancelled").await;
-    browser.wait_text_containing("#task-timeline", "cancel").await;
+    browser
+        .wait_text_containing("#task-timeline", "cancel")
+        .await;
     browser.shot("task-cancelled").await;
 
     let task = alice.get_task(&id).await.expect("tasks/get");
