@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, PreEscaped, html};
-use mcp_tasks_store::{Lookup, TaskId, TaskRecord};
+use mcp_tasks_store::{HistoryEvent, Lookup, TaskId, TaskRecord};
 use serde_json::{Map, Value};
 
 use super::session::Viewer;
@@ -50,14 +50,20 @@ pub(crate) async fn page(
         Ok(task) => task,
         Err(response) => return response,
     };
+    // The task's history (every claim, lapse and input round), read for its owner.
+    let history = match state.store().task_history(&task.owner, task.id).await {
+        Ok(Lookup::Found(events)) => Some(events),
+        Ok(Lookup::Expired | Lookup::NotFound) => None,
+        Err(e) => return layout::store_error(e),
+    };
     let title = format!("Task {}", task.id);
     layout::respond(
         StatusCode::OK,
-        layout::page(&viewer, &title, body(&viewer, &task)),
+        layout::page(&viewer, &title, body(&viewer, &task, history.as_deref())),
     )
 }
 
-fn body(viewer: &Viewer, task: &TaskRecord) -> Markup {
+fn body(viewer: &Viewer, task: &TaskRecord, history: Option<&[HistoryEvent]>) -> Markup {
     let owner = viewer.is_owner(task);
     let detailed = task.view().detailed();
     let id = task.id.to_string();
@@ -87,7 +93,7 @@ fn body(viewer: &Viewer, task: &TaskRecord) -> Markup {
             (result(&detailed))
         }
         h2 { "Timeline" }
-        (timeline::render(task))
+        (timeline::render(task, history))
         script { (PreEscaped(script::SCRIPT)) }
     }
 }
