@@ -86,5 +86,8 @@ fn console_reports_every_page_beside_its_baseline_and_every_plan() {
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
-    assert!(!out.contains("SEQUENTIAL SCAN"), "a page scans the table:\n{out}");
+    assert!(
+        !out.contains("SEQUENTIAL SCAN"),
+        "a page scans the table:\n{out}"
+    );
 }

@@ -266,10 +266,31 @@ async fn the_list_inbox_and_health_pages_show_the_principals_tasks() {
     );
     let counts = browser.text("#status-counts").await.unwrap_or_default();
     assert!(
-        counts.chars().any(|c| c.is_ascii_digit()),
-        "no counts by status: {counts:?}"
+        counts.contains("input_required: 1") && counts.contains("working"),
+        "the counts by status: {counts:?}"
     );
     browser.shot("tasks").await;
+
+    // Filtered by status with the page's own form: only the task that waits.
+    browser
+        .wait_for("form#task-filter select[name=status]")
+        .await
+        .select_by_value("input_required")
+        .await
+        .expect("choosing a status");
+    browser.submit("form#task-filter").await;
+    browser
+        .wait_until("the list filtered to input_required", || async {
+            browser.find(&row(&running)).await.is_none()
+                && browser.find(&row(&waiting)).await.is_some()
+        })
+        .await;
+    assert_eq!(
+        browser.find_all("table#tasks tr[data-task-id]").await.len(),
+        1,
+        "only alice's one waiting task is input_required"
+    );
+    browser.goto("/console/tasks").await;
 
     // Newest first, paginated: the next page holds other (older) tasks.
     let ids = |rows: Vec<fantoccini::elements::Element>| async move {
