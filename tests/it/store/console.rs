@@ -93,6 +93,9 @@ async fn insert(pool: &sqlx::PgPool, rows: &[Gen]) {
     .expect("bulk insert");
 }
 
+/// Which generated rows a filter should keep.
+type Keep = Box<dyn Fn(&Gen) -> bool>;
+
 /// Every page of the list, following the cursors.
 async fn all_pages(
     store: &Store,
@@ -124,7 +127,7 @@ fn expected(rows: &[Gen], scope: &Scope, keep: impl Fn(&Gen) -> bool) -> Vec<uui
         .filter(|g| scope.principal.as_ref().is_none_or(|p| *p == g.principal))
         .filter(|g| keep(g))
         .collect();
-    v.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+    v.sort_by_key(|g| std::cmp::Reverse((g.created_at, g.id)));
     v.into_iter().map(|g| g.id).collect()
 }
 
@@ -139,7 +142,7 @@ async fn the_list_filters_pages_newest_first_and_keeps_to_its_scope() {
     let alice = Scope::owner(&Owner::new("acme", "alice"));
     let tenant = Scope::tenant("acme");
     let cut = rows[100].created_at;
-    let cases: Vec<(TaskFilter, Box<dyn Fn(&Gen) -> bool>)> = vec![
+    let cases: Vec<(TaskFilter, Keep)> = vec![
         (TaskFilter::default(), Box::new(|_| true)),
         (
             TaskFilter {

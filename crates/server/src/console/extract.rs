@@ -16,6 +16,11 @@ impl FromRequestParts<AppState> for Viewer {
         match Self::resolve(state, &parts.headers).await {
             Ok(viewer) => Ok(viewer),
             Err(NoViewer::RateLimited) => Err(layout::too_many_requests()),
+            Err(NoViewer::Store(unavailable)) => Err(layout::unavailable(if unavailable {
+                axum::http::StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR
+            })),
             Err(why) => {
                 if let NoViewer::Refused(e) = &why {
                     tracing::info!(reason = %e, "console: not signed in");

@@ -104,7 +104,7 @@ fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> 
     let max = h
         .percentiles
         .iter()
-        .flat_map(|b| value(b))
+        .flat_map(&value)
         .fold(0.0_f64, f64::max)
         .max(1.0);
     let start = time::OffsetDateTime::now_utc() - WINDOW;

@@ -70,11 +70,13 @@ pub(crate) async fn events(
                         "terminal": snap.status.is_terminal(),
                     });
                     Some((
-                        Event::default().data(data.to_string()),
+                        Some(Event::default().data(data.to_string())),
                         snap.status.is_terminal(),
                     ))
                 }
-                Snapshot::Loading | Snapshot::Gone => None,
+                Snapshot::Loading => None,
+                // Deleted: nothing more will come (a reconnect gets the 404 page).
+                Snapshot::Gone => Some((None, true)),
             };
             std::future::ready(event)
         });
@@ -86,6 +88,7 @@ pub(crate) async fn events(
                 return None;
             }
             let (event, terminal) = s.next().await?;
+            let event = event?;
             Some((Ok::<_, Infallible>(event), (s, terminal, w, p)))
         },
     );

@@ -12,12 +12,13 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
-use mcp_tasks_store::{Owner, TaskRecord};
+use mcp_tasks_store::{Owner, Revocation, StoreError, TaskRecord};
 use serde::{Deserialize, Serialize};
 
 use super::config::ConsoleConfig;
 use crate::AppState;
 use crate::auth::AuthError;
+use crate::session::context::time_of;
 
 pub(crate) const COOKIE: &str = "mcp_tasks_console";
 const SESSION_PREFIX: &str = "mcpc1.";
@@ -36,6 +37,8 @@ pub(crate) struct Session {
     #[serde(rename = "n")]
     pub(crate) nonce: String,
     /// Unix milliseconds.
+    #[serde(rename = "i")]
+    pub(crate) issued_ms: i64,
     #[serde(rename = "x")]
     pub(crate) expires_ms: i64,
 }
@@ -54,10 +57,12 @@ impl Session {
     /// A new session (a new nonce, so a new CSRF token) lasting the configured session time.
     pub(crate) fn new(state: &AppState, token: Option<String>) -> Self {
         let ttl = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
         Self {
             token,
             nonce: crate::session::token::nonce(),
-            expires_ms: now_ms().saturating_add(ttl),
+            issued_ms: now,
+            expires_ms: now.saturating_add(ttl),
         }
     }
 
@@ -69,6 +74,28 @@ impl Session {
             .open(SESSION_PREFIX, value, MAX_COOKIE_BYTES)?;
         let session: Self = serde_json::from_slice(&json).ok()?;
         (session.expires_ms > now_ms()).then_some(session)
+    }
+
+    /// The session's name among revocations (apart from those of 2025-era sessions).
+    pub(crate) fn revocation_name(&self) -> String {
+        format!("console.{}", self.nonce)
+    }
+
+    /// Ends the session for every replica (sign-out), until it would have expired.
+    pub(crate) async fn revoke(&self, state: &AppState, owner: &Owner) -> Result<(), StoreError> {
+        let ttl_ms = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
+        state
+            .store()
+            .revoke_session(
+                owner,
+                &Revocation {
+                    session: &self.revocation_name(),
+                    expires_at: time_of(self.expires_ms),
+                    session_ttl_ms: ttl_ms,
+                    max_per_owner: state.config().max_session_revocations,
+                },
+            )
+            .await
     }
 
     pub(crate) fn csrf(&self, state: &AppState) -> String {
@@ -203,6 +230,19 @@ impl Viewer {
         {
             return Err(NoViewer::RateLimited);
         }
+        // Signed out (on whichever replica): the session is over even if its token is not.
+        let revoked = state
+            .store()
+            .session_revoked(
+                &identity.owner,
+                &session.revocation_name(),
+                time_of(session.issued_ms),
+            )
+            .await
+            .map_err(|e| NoViewer::Store(e.is_unavailable()))?;
+        if revoked {
+            return Err(NoViewer::Refused(AuthError::Invalid("signed out".into())));
+        }
         let csrf = session.csrf(state);
         Ok(Self {
             owner: identity.owner,
@@ -224,6 +264,8 @@ pub(crate) enum NoViewer {
     NoSession,
     Refused(AuthError),
     RateLimited,
+    /// The store could not say whether the session was ended (`true`: unreachable).
+    Store(bool),
 }
 
 /// A new session for `token` once the API's authenticator accepts it, set on the answer
@@ -247,5 +289,6 @@ pub(crate) async fn sign_in(
         Err(NoViewer::Refused(e)) => Err(format!("the token was refused: {e}")),
         Err(NoViewer::RateLimited) => Err("too many requests; wait a moment".into()),
         Err(NoViewer::NoSession) => Err("no session".into()),
+        Err(NoViewer::Store(_)) => Err("the task store is unavailable; try again".into()),
     }
 }

@@ -121,6 +121,13 @@ pub(crate) async fn signout(
             "this form has no valid CSRF token; reload the page and try again",
         );
     }
+    // Ended for every replica, when the session still has a viewer to end it for (one
+    // whose token has expired is over already).
+    if let Ok(viewer) = Viewer::with_session(&state, &headers, session.clone()).await
+        && let Err(e) = session.revoke(&state, &viewer.owner).await
+    {
+        return layout::store_error(e);
+    }
     let mut response = Redirect::to("/console/signin").into_response();
     response
         .headers_mut()

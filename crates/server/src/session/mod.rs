@@ -15,7 +15,7 @@
 //! statuses of errors.
 
 mod call;
-mod context;
+pub(crate) mod context;
 mod initialize;
 mod responses;
 mod revision;

@@ -13,7 +13,7 @@ use super::Scope;
 use crate::{DbResult, Result, Store, TaskId};
 
 /// Most finished tasks one bucket's percentiles are taken from (the newest of it).
-pub const SAMPLES_PER_BUCKET: i64 = 2_000;
+pub const SAMPLES_PER_BUCKET: i64 = 500;
 /// Most queued tasks counted: past it the depth is a lower bound.
 pub const QUEUE_COUNT_LIMIT: i64 = 10_000;
 /// Most running tasks listed under the workers.
@@ -118,8 +118,11 @@ pub(super) const LAPSES: &str = r"
     FROM task_events e
     WHERE e.kind = 'lease_lapsed' AND e.at >= now() - $3::int8 * interval '1 millisecond'
       AND e.tenant = $1
-      AND ($2::text IS NULL OR EXISTS (
-          SELECT 1 FROM tasks t WHERE t.tenant = e.tenant AND t.principal = $2 AND t.id = e.id))
+      -- One key probe per lapse (a scalar subquery; EXISTS may be planned as a hash of
+      -- every task of the principal).
+      AND ($2::text IS NULL OR (
+          SELECT true FROM tasks t
+          WHERE t.tenant = e.tenant AND t.principal = $2 AND t.id = e.id) IS NOT NULL)
     GROUP BY e.detail";
 
 pub(super) const RUNNING: &str = r"

@@ -232,7 +232,7 @@ impl Store {
             }
         }
         // (The halves of a UNION ALL come in no promised order.)
-        tasks.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        tasks.sort_by_key(|t| std::cmp::Reverse((t.created_at, t.id)));
         let cursor = |t: &TaskSummary| ListCursor {
             created_at: t.created_at,
             id: t.id,

@@ -143,7 +143,7 @@ impl Store {
             .bind(p)
             .bind(300_000_i64)
             .bind(12_i32)
-            .bind(2_000_i64);
+            .bind(super::health::SAMPLES_PER_BUCKET);
         plans.push(explain(self, "health percentiles", q).await?);
         let sql = explained(LAPSES);
         let q = sqlx::query_as(sql)
