@@ -80,6 +80,18 @@ async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_sho
         "the answer form is still shown after the task completed"
     );
     browser.shot("task-completed").await;
+    // The timeline (as of a page load) has the whole story: the claim by the worker, the
+    // input round, and the end.
+    browser.wd.refresh().await.expect("reload");
+    for step in [
+        "created",
+        WORKER_ID,
+        "input requested",
+        "input answered",
+        "finished: completed",
+    ] {
+        browser.wait_text_containing("#task-timeline", step).await;
+    }
 
     // The form's answer went through as `tasks/update` would take it: approved, true.
     let done = alice
