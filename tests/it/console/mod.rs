@@ -15,6 +15,7 @@ mod browser_access;
 mod browser_tasks;
 mod oauth;
 mod replicas;
+mod views;
 
 use mcp_tasks_server::{ConsoleConfig, ServerConfig};
 use reqwest::header::HeaderMap;
