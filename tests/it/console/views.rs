@@ -126,7 +126,9 @@ async fn the_tasks_list_filters_pages_and_counts_for_its_viewer() {
     );
     assert!(counts.contains(r#"completed</a>: <span class="count">1</span>"#));
     // A filter, from the form's GET parameters.
-    let done = as_alice.get("/console/tasks?status=completed&tool=&age=%3C1h&attempts=1").await;
+    let done = as_alice
+        .get("/console/tasks?status=completed&tool=&age=%3C1h&attempts=1")
+        .await;
     assert_eq!(ids_in(&done.body, "tasks"), vec![mine[10].to_string()]);
     let none = as_alice.get(&format!("/console/tasks?tool={TOOL}x")).await;
     assert!(ids_in(&none.body, "tasks").is_empty() && none.has("no-tasks"));
@@ -174,13 +176,19 @@ async fn the_inbox_lists_the_principals_waiting_tasks_oldest_first() {
     leases.sort_by_key(|c| c.task.created_at);
     for c in &leases {
         if c.lease.id != ids[2] {
-            store.request_input(&c.lease, &requests, None, None).await.expect("input");
+            store
+                .request_input(&c.lease, &requests, None, None)
+                .await
+                .expect("input");
         }
     }
     let as_alice = browser(&app, "acme", "alice", false).await;
     let inbox = as_alice.get("/console/inbox").await;
     assert_eq!(inbox.status, 200, "{inbox:?}");
-    assert_eq!(ids_in(&inbox.body, "inbox"), vec![ids[0].to_string(), ids[1].to_string()]);
+    assert_eq!(
+        ids_in(&inbox.body, "inbox"),
+        vec![ids[0].to_string(), ids[1].to_string()]
+    );
     assert!(!inbox.has(&bobs[0].to_string()));
     assert!(inbox.headers.get("refresh").is_some(), "it reloads itself");
     let as_bob = browser(&app, "acme", "bob", false).await;
@@ -212,8 +220,15 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     assert_eq!(lost.len(), 1);
     let during = admin.get("/console/health").await;
     assert_eq!(text_of(&during.body, "queue-depth").as_deref(), Some("2"));
-    assert!(during.has(r#"data-worker="lost-worker""#), "{}", during.body);
-    assert_eq!(ids_in(&during.body, "workers"), vec![lost[0].lease.id.to_string()]);
+    assert!(
+        during.has(r#"data-worker="lost-worker""#),
+        "{}",
+        during.body
+    );
+    assert_eq!(
+        ids_in(&during.body, "workers"),
+        vec![lost[0].lease.id.to_string()]
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     let rescuer = store
         .claim_tools("rescuer", 10, 60_000, &[TOOL.to_owned()])
@@ -227,7 +242,10 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     let after = admin.get("/console/health").await;
     assert_eq!(text_of(&after.body, "queue-depth").as_deref(), Some("0"));
     assert_eq!(text_of(&after.body, "lease-lapses").as_deref(), Some("1"));
-    assert!(after.has(&format!(r#"data-tool="{TOOL}""#)), "a plotted line for the tool");
+    assert!(
+        after.has(&format!(r#"data-tool="{TOOL}""#)),
+        "a plotted line for the tool"
+    );
 
     // The task page's timeline tells the lapse and both claims.
     let owner = browser(&app, "acme", "alice", false).await;
@@ -239,7 +257,11 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
         .skip(1)
         .filter_map(|r| r.split('"').next())
         .collect();
-    assert_eq!(kinds, ["created", "claimed", "lease_lapsed", "claimed", "finished"], "{timeline}");
+    assert_eq!(
+        kinds,
+        ["created", "claimed", "lease_lapsed", "claimed", "finished"],
+        "{timeline}"
+    );
     assert!(timeline.contains("lost-worker") && timeline.contains("rescuer"));
     // Another principal's health holds none of alice's figures.
     let bob = browser(&app, "acme", "bob", false).await;
