@@ -108,8 +108,3 @@ CREATE TRIGGER tasks_record_events
 -- An admin's view of the whole tenant, newest first (an owner's own tasks page through
 -- tasks_owner_created). Its columns never change, so updates that were HOT stay HOT.
 CREATE INDEX IF NOT EXISTS tasks_tenant_created ON tasks (tenant, created_at, id);
-
--- The health page: tasks of a tenant that finished lately (duration and pickup delay per
--- tool over time). Only finished rows are in it, each entered once, by its finish.
-CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (tenant, finished_at)
-    WHERE finished_at IS NOT NULL;

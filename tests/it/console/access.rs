@@ -42,6 +42,13 @@ async fn the_console_is_served_only_when_turned_on() {
     let on = TestApp::builder().config(console_on).start().await;
     let browser = Console::new(on.url());
     let root = browser.get("/console").await;
+    assert_eq!(
+        (root.status, root.location()),
+        (303, "/console/signin"),
+        "no session yet"
+    );
+    browser.open().await;
+    let root = browser.get("/console").await;
     assert_eq!((root.status, root.location()), (303, "/console/tasks"));
     on.stop().await;
 }
@@ -254,6 +261,16 @@ async fn an_admin_sees_its_tenant_but_not_the_arguments_of_others() {
         "arguments leaked to the admin"
     );
 
+    // An admin may cancel the task, but not answer for its owner.
+    assert!(page.has(r#"id="task-cancel""#));
+    let answer = admin
+        .post(
+            &format!("/console/tasks/{id}/answer"),
+            &[("csrf", &page.csrf()), ("key", "k"), ("action", "decline")],
+        )
+        .await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+
     // The owner sees them.
     let alice = Console::new(app.url());
     alice.sign_in(&alice_token).await;
@@ -272,6 +289,15 @@ async fn an_admin_sees_its_tenant_but_not_the_arguments_of_others() {
         assert_eq!(page.status, 404, "{sub}@{tenant}");
         assert_eq!(page.body, unknown.body, "{sub}@{tenant}");
     }
+    let cancelled = admin
+        .post(
+            &format!("/console/tasks/{id}/cancel"),
+            &[("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(cancelled.status, 303, "{cancelled:?}");
+    let task = alice_api.get_task(&id).await.expect("tasks/get");
+    assert_eq!(crate::harness::status(&task), "cancelled", "{task}");
     app.stop().await;
 }
 

@@ -143,6 +143,17 @@ async fn answering_the_form_completes_the_input_round_like_tasks_update() {
         task.pointer("/result/content/0/text"),
         Some(&json!("Deleted notes.txt."))
     );
+    // Stored as tasks/update stores the same answer.
+    let stored = found(
+        &app.db.store,
+        &http_owner("alice"),
+        TaskId::parse(&id).expect("id"),
+    )
+    .await;
+    assert_eq!(
+        stored.input_responses.get("confirm_delete"),
+        Some(&json!({ "action": "accept", "content": { "confirm": true } }))
+    );
 
     let after = alice.task(&id).await;
     assert_eq!(
@@ -281,6 +292,22 @@ async fn bad_input_gets_an_error_page_and_changes_nothing() {
     );
     assert_eq!(status_of(&app, &id).await, "input_required");
 
+    // An answer the schema refuses (a required name left empty) gets the API's message.
+    let empty = alice
+        .post(
+            &answer,
+            &[
+                ("csrf", &csrf),
+                ("key", "name"),
+                ("action", "accept"),
+                ("field.name", ""),
+            ],
+        )
+        .await;
+    assert_eq!(empty.status, 400, "{empty:?}");
+    assert!(empty.has("Invalid input response for"), "{}", empty.body);
+    assert_eq!(status_of(&app, &id).await, "input_required");
+
     // Both requests answered, one post each: the round completes.
     let first = alice
         .post(
@@ -299,6 +326,27 @@ async fn bad_input_gets_an_error_page_and_changes_nothing() {
         !page.has(r#"data-key="name""#) && page.has(r#"data-key="confirm""#),
         "{}",
         page.body
+    );
+    let second = alice
+        .post(
+            &answer,
+            &[
+                ("csrf", &csrf),
+                ("key", "confirm"),
+                ("action", "accept"),
+                ("field.confirm", "true"),
+            ],
+        )
+        .await;
+    assert_eq!(second.status, 303, "{second:?}");
+    let task = api
+        .wait_terminal(&id, Duration::from_secs(15))
+        .await
+        .expect("the task ends");
+    assert_eq!(
+        task.pointer("/result/content/0/text"),
+        Some(&json!("Got name \"Ada\"; confirmed: true.")),
+        "{task}"
     );
     app.stop().await;
 }

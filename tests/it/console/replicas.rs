@@ -1,4 +1,5 @@
-//! The console as processes run it: off unless asked for with `serve`, and stateless
+//! The console as processes run it: off unless asked for with `serve`, on unless turned
+//! off with `dev`, and stateless
 //! across replicas (a session signed in on one works on another with the same keys, and
 //! a sign-out on one ends it on all).
 
@@ -11,7 +12,7 @@ use crate::harness::procs::Proc;
 use crate::harness::{TestApp, TestDb};
 
 #[tokio::test]
-async fn serve_serves_the_console_only_when_asked_to() {
+async fn serve_serves_the_console_only_when_asked_to_and_dev_unless_told_not_to() {
     let db = TestDb::new().await;
     let off = Proc::serve(&db.url, "conformance", &[]).await;
     let page = Console::new(&off.url()).get("/console/signin").await;
@@ -68,6 +69,16 @@ async fn serve_serves_the_console_only_when_asked_to() {
         .get("/console/signin")
         .await;
     assert_eq!(page.status, 404, "the flag wins over the variable");
+
+    // dev: on unless turned off.
+    let dev = ["dev", "--listen", "127.0.0.1:0", "--tools", "conformance"];
+    let on = Proc::serve_args(&db.url, &dev, &[]).await;
+    let page = Console::new(&on.url()).get("/console/signin").await;
+    assert_eq!(page.status, 303, "on by default with dev: {page:?}");
+    drop(on);
+    let off = Proc::serve_args(&db.url, &[&dev[..], &["--console", "off"]].concat(), &[]).await;
+    let page = Console::new(&off.url()).get("/console/signin").await;
+    assert_eq!(page.status, 404, "dev --console off");
 }
 
 #[tokio::test]

@@ -45,7 +45,7 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
         p { "Figures for your " (whose) ", over the last hour." }
         (figures(&health))
         h2 { "Pickup delay" }
-        p { "From claimable to claimed, by when the task finished; p50, p90 and p99 per tool." }
+        p { "From claimable to claimed, of the tasks created in each five minutes that have finished; p50, p90 and p99 per tool." }
         (plot("plot-pickup", &health, |b| b.pickup_ms))
         h2 { "Run duration" }
         p { "From the claim to the finish." }

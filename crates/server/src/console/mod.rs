@@ -42,7 +42,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::{self, Next};
-use axum::response::{Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -55,11 +55,8 @@ pub(crate) use provider::OAuthCache;
 /// The console's routes, all under `/console`.
 pub(crate) fn routes(state: AppState) -> Router<AppState> {
     Router::new()
-        .route("/console", get(|| async { Redirect::to("/console/tasks") }))
-        .route(
-            "/console/",
-            get(|| async { Redirect::to("/console/tasks") }),
-        )
+        .route("/console", get(home))
+        .route("/console/", get(home))
         .route("/console/signin", get(signin::page).post(signin::submit))
         .route("/console/signout", post(signin::signout))
         .route("/console/oauth/start", get(oauth::start))
@@ -72,6 +69,14 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .merge(inbox::routes())
         .merge(health::routes())
         .layer(middleware::from_fn_with_state(state, guard))
+}
+
+/// `GET /console`: the tasks, or the sign-in page for a request without a viewer.
+async fn home(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    match session::Viewer::resolve(&state, &headers).await {
+        Ok(_) => Redirect::to("/console/tasks").into_response(),
+        Err(_) => Redirect::to("/console/signin").into_response(),
+    }
 }
 
 /// Every console request: the API's Host/Origin check (DNS rebinding), and for anything

@@ -21,7 +21,7 @@ pub(crate) async fn page(State(state): State<AppState>, headers: HeaderMap) -> R
     let mut response = match Viewer::with_session(&state, &headers, session.clone()).await {
         Ok(_) => Redirect::to("/console/tasks").into_response(),
         Err(NoViewer::RateLimited) => return layout::too_many_requests(),
-        Err(_) => layout::respond(StatusCode::OK, form(&state, &session, None)),
+        Err(_) => layout::respond(StatusCode::OK, signin_form(&state, &session, None)),
     };
     if fresh {
         response
@@ -32,7 +32,7 @@ pub(crate) async fn page(State(state): State<AppState>, headers: HeaderMap) -> R
 }
 
 /// The sign-in page, with `error` when a token was just refused.
-fn form(state: &AppState, session: &Session, error: Option<&str>) -> Markup {
+fn signin_form(state: &AppState, session: &Session, error: Option<&str>) -> Markup {
     let oauth = super::oauth::available(state);
     layout::bare(
         "Sign in",
@@ -80,8 +80,12 @@ pub(crate) async fn submit(
         );
     }
     let token = form.get("token").unwrap_or_default().trim();
-    let refuse =
-        |why: &str| layout::respond(StatusCode::UNAUTHORIZED, form_page(&state, &session, why));
+    let refuse = |why: &str| {
+        layout::respond(
+            StatusCode::UNAUTHORIZED,
+            signin_form(&state, &session, Some(why)),
+        )
+    };
     if token.is_empty() {
         return refuse("paste a bearer token");
     }
@@ -95,12 +99,8 @@ pub(crate) async fn submit(
     .unwrap_or_else(|why| refuse(&why))
 }
 
-fn form_page(state: &AppState, session: &Session, why: &str) -> Markup {
-    form(state, session, Some(why))
-}
-
-/// `POST /console/signout`: the cookie is deleted (the session's token stays valid until
-/// it expires, as any bearer token does).
+/// `POST /console/signout`: the session is ended for every replica and its cookie deleted
+/// (the bearer token itself stays valid until it expires, as any bearer token does).
 pub(crate) async fn signout(
     State(state): State<AppState>,
     headers: HeaderMap,

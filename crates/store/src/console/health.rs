@@ -1,8 +1,8 @@
 //! The health page's figures for a scope: the claimable queue, pickup delay and run
 //! duration percentiles per tool over time, lapsed leases, and the workers holding the
 //! scope's running tasks. Each statement reads a partial index of live work
-//! (`tasks_queued`, `tasks_leased`), the finished tasks of a window (`tasks_finished`,
-//! at most [`SAMPLES_PER_BUCKET`] per bucket), or the history's lapses (`task_events`).
+//! (`tasks_queued`, `tasks_leased`), the newest tasks created in each bucket of a window
+//! (the created-order indexes, at most [`SAMPLES_PER_BUCKET`] per bucket), or the history's lapses (`task_events`).
 
 use std::time::Duration;
 
@@ -19,7 +19,8 @@ pub const QUEUE_COUNT_LIMIT: i64 = 10_000;
 /// Most running tasks listed under the workers.
 pub const RUNNING_LIMIT: i64 = 1_000;
 
-/// Percentiles (p50, p90, p99) of one tool in one time bucket, in milliseconds.
+/// Percentiles (p50, p90, p99) of one tool's tasks created in one time bucket, in
+/// milliseconds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PercentileBucket {
     pub start: OffsetDateTime,
@@ -90,7 +91,12 @@ pub(super) const QUEUE: &str = r"
             WHERE status = 'working' AND lease_owner IS NULL AND run_after <= now()
               AND tenant = $1 AND ($2::text IS NULL OR principal = $2))::float8";
 
-pub(super) const PERCENTILES: &str = r"
+/// Percentiles per creation bucket and tool: the newest [`SAMPLES_PER_BUCKET`] tasks
+/// created in each bucket (through the scope's created-order index), of them the finished.
+macro_rules! percentiles {
+    ($scope:literal) => {
+        concat!(
+            r"
     SELECT b.lo, s.tool, count(*)::int8,
            percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY s.pickup),
            percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY s.run)
@@ -102,16 +108,33 @@ pub(super) const PERCENTILES: &str = r"
     CROSS JOIN LATERAL (
         SELECT tool, pickup_ms::float8 AS pickup,
                EXTRACT(EPOCH FROM finished_at - claimed_at)::float8 * 1000 AS run
-        FROM tasks
-        WHERE tenant = $1 AND finished_at IS NOT NULL
-          AND finished_at >= b.lo AND finished_at < b.hi
-          AND ($2::text IS NULL OR principal = $2)
-          AND claimed_at IS NOT NULL AND pickup_ms IS NOT NULL
-        ORDER BY finished_at DESC
-        LIMIT $5
+        FROM (
+            SELECT tool, pickup_ms, finished_at, claimed_at FROM tasks
+            WHERE ",
+            $scope,
+            r" AND created_at >= b.lo AND created_at < b.hi
+            ORDER BY created_at DESC
+            LIMIT $5
+        ) newest
+        WHERE finished_at IS NOT NULL AND claimed_at IS NOT NULL AND pickup_ms IS NOT NULL
     ) s
     GROUP BY b.lo, s.tool
-    ORDER BY b.lo, s.tool";
+    ORDER BY b.lo, s.tool"
+        )
+    };
+}
+
+pub(super) const PERCENTILES_OWNER: &str = percentiles!("tenant = $1 AND principal = $2");
+pub(super) const PERCENTILES_TENANT: &str = percentiles!("tenant = $1 AND $2::text IS NULL");
+
+/// The percentile statement of a scope.
+pub(super) fn percentiles_sql(scope: &Scope) -> &'static str {
+    if scope.principal.is_some() {
+        PERCENTILES_OWNER
+    } else {
+        PERCENTILES_TENANT
+    }
+}
 
 pub(super) const LAPSES: &str = r"
     SELECT e.detail, count(*)::int8
@@ -171,7 +194,7 @@ impl Store {
             .fetch_one(self.pool())
             .await
             .db()?;
-        let rows: Vec<PercentileRow> = sqlx::query_as(PERCENTILES)
+        let rows: Vec<PercentileRow> = sqlx::query_as(percentiles_sql(scope))
             .bind(&scope.tenant)
             .bind(principal)
             .bind(millis(bucket))

@@ -7,7 +7,7 @@ use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 
-use super::health::{LAPSES, PERCENTILES, QUEUE, RUNNING};
+use super::health::{LAPSES, QUEUE, RUNNING, percentiles_sql};
 use super::history::{EVENTS, FACTS};
 use super::list::{COUNT_LIMIT, INBOX, bind_list, counts_sql, list_sql};
 use super::{Scope, TaskFilter};
@@ -122,7 +122,13 @@ impl Store {
             .bind(&scope.tenant)
             .bind(&principal)
             .bind(id);
-        plans.push(explain(self, "task page", q).await?);
+        plans.push(explain(self, "task page history", q).await?);
+        if scope.principal.is_none() {
+            // An admin opens a task of its tenant without knowing whose it is.
+            let sql = explained(crate::tenant_read::GET_IN_TENANT);
+            let q = sqlx::query_as(sql).bind(&scope.tenant).bind(id);
+            plans.push(explain(self, "task page (admin)", q).await?);
+        }
         let sql = explained(EVENTS);
         let q = sqlx::query_as(sql)
             .bind(&scope.tenant)
@@ -137,7 +143,7 @@ impl Store {
             .bind(p)
             .bind(10_000_i64);
         plans.push(explain(self, "health queue", q).await?);
-        let sql = explained(PERCENTILES);
+        let sql = explained(percentiles_sql(scope));
         let q = sqlx::query_as(sql)
             .bind(&scope.tenant)
             .bind(p)
