@@ -9,6 +9,7 @@ use serde_json::json;
 use super::{Console, console_on, text_of};
 use crate::harness::TestApp;
 use crate::harness::fixtures::{create_task, found, http_owner};
+use crate::harness::http::sse::SseStream;
 use crate::harness::jwt::{self, Jwt, SECRET};
 
 fn token(app: &TestApp, sub: &str, tenant: &str, extra: serde_json::Value) -> String {
@@ -260,6 +261,22 @@ async fn an_admin_sees_its_tenant_but_not_the_arguments_of_others() {
         !page.has("alice-secret-label"),
         "arguments leaked to the admin"
     );
+
+    // Its live stream shows the admin the status, never the owner's result.
+    let mut events = SseStream::new(admin.send_get(&format!("/console/tasks/{id}/events")).await);
+    assert_eq!(events.status, 200);
+    let first = loop {
+        let event = events
+            .next_event(std::time::Duration::from_secs(15))
+            .await
+            .expect("the current state");
+        if let Some(data) = event.data() {
+            break serde_json::from_str::<serde_json::Value>(&data).expect("JSON");
+        }
+    };
+    assert_eq!(first["status"], "working", "{first}");
+    assert!(first["result"].is_null(), "{first}");
+    drop(events);
 
     // An admin may cancel the task, but not answer for its owner.
     assert!(page.has(r#"id="task-cancel""#));

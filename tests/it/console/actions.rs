@@ -1,14 +1,15 @@
 //! The task page's actions and its live part: cancel a running task, answer an input
 //! request through the form built from its schema (the same round `tasks/update` makes),
-//! follow a task over SSE, and bad input that gets an error page, never a panic.
+//! follow a task over SSE, and bad input (and input requests no form can express) that
+//! gets an error page, never a panic.
 
 use std::time::Duration;
 
-use mcp_tasks_store::TaskId;
+use mcp_tasks_store::{InputOutcome, TaskId};
 use serde_json::{Value, json};
 
 use super::{Console, console_on, text_of};
-use crate::harness::fixtures::{found, http_owner, task_in_status};
+use crate::harness::fixtures::{create, found, http_owner, leased, new_task, task_in_status};
 use crate::harness::http::sse::SseStream;
 use crate::harness::{TestApp, eventually, status};
 
@@ -347,6 +348,84 @@ async fn bad_input_gets_an_error_page_and_changes_nothing() {
         task.pointer("/result/content/0/text"),
         Some(&json!("Got name \"Ada\"; confirmed: true.")),
         "{task}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn input_requests_a_form_cannot_express_are_shown_and_only_declined() {
+    let app = TestApp::builder().config(console_on).start().await;
+    let store = &app.db.store;
+    let owner = http_owner("alice");
+    let task = create(store, &owner, new_task("confirm_delete", json!({}))).await;
+    let lease = leased(store, task.id).await;
+    let mut requests = serde_json::Map::new();
+    for (key, request) in [
+        (
+            "nested",
+            json!({ "method": "elicitation/create", "params": { "message": "m", "requestedSchema": { "type": "object", "properties": { "list": { "type": "array" } } } } }),
+        ),
+        (
+            "broken",
+            json!({ "method": "elicitation/create", "params": { "message": "m", "requestedSchema": { "properties": 7, "required": "x" } } }),
+        ),
+        (
+            "sampling",
+            json!({ "method": "sampling/createMessage", "params": { "messages": [] } }),
+        ),
+    ] {
+        requests.insert(key.into(), request);
+    }
+    let outcome = store
+        .request_input(&lease, &requests, Some("waiting"), None)
+        .await
+        .expect("request_input");
+    assert_eq!(outcome, InputOutcome::Applied);
+
+    let alice = Console::new(app.url()).signed_as("default", "alice");
+    alice.open().await;
+    let id = task.id.to_string();
+    let page = alice.task(&id).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert_eq!(
+        page.body.matches(r#"class="task-answer""#).count(),
+        3,
+        "{}",
+        page.body
+    );
+    assert_eq!(
+        page.body.matches("input-unsupported").count(),
+        3,
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.has(r#"value="accept""#),
+        "nothing to accept with a form"
+    );
+
+    let answer = format!("/console/tasks/{id}/answer");
+    let csrf = page.csrf();
+    for key in ["nested", "broken", "sampling"] {
+        let refused = alice
+            .post(
+                &answer,
+                &[("csrf", &csrf), ("key", key), ("action", "accept")],
+            )
+            .await;
+        assert_eq!(refused.status, 400, "{key}: {refused:?}");
+    }
+    let declined = alice
+        .post(
+            &answer,
+            &[("csrf", &csrf), ("key", "broken"), ("action", "decline")],
+        )
+        .await;
+    assert_eq!(declined.status, 303, "{declined:?}");
+    let after = found(store, &owner, task.id).await;
+    assert_eq!(
+        after.input_responses.get("broken"),
+        Some(&json!({ "action": "decline" }))
     );
     app.stop().await;
 }

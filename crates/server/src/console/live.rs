@@ -7,20 +7,20 @@
 //! The stream ends after the task's final state. Streams count against the principal's
 //! limit of open streams on this replica, like listen streams.
 
-use std::convert::Infallible;
-
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::stream::{self, StreamExt};
-use serde_json::json;
+use axum::response::Response;
+use axum::response::sse::Event;
+use futures::StreamExt;
+use serde_json::{Value, json};
 use tokio_stream::wrappers::WatchStream;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::session::Viewer;
 use super::{layout, task};
 use crate::AppState;
-use crate::push::hub::Snapshot;
+use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
+use crate::push::streams::StreamPermit;
+use crate::sse::{self, EventSource};
 
 pub(crate) async fn events(
     State(state): State<AppState>,
@@ -46,58 +46,71 @@ pub(crate) async fn events(
     let Some(watcher) = watchers.into_iter().next() else {
         return layout::not_found(&viewer);
     };
-    let owner = viewer.is_owner(&task);
-    let id = task.id.to_string();
-    let shutdown = state.shutdown().clone();
-    let rx = watcher.rx.clone();
-    let updates = WatchStream::new(rx)
-        .take_until(async move { shutdown.cancelled_owned().await })
-        .filter_map(move |snapshot| {
-            let event = match snapshot {
-                Snapshot::Task(snap) => {
-                    let detailed = &snap.detailed;
-                    let keys: Vec<&str> = detailed
-                        .get("inputRequests")
-                        .and_then(serde_json::Value::as_object)
-                        .map(|r| r.keys().map(String::as_str).collect())
-                        .unwrap_or_default();
-                    let data = json!({
-                        "status": snap.status.as_str(),
-                        "message": detailed.get("statusMessage"),
-                        "keys": keys.join(" "),
-                        "inputs": task::inputs(&viewer, owner, &id, detailed).into_string(),
-                        "result": owner.then(|| task::result(detailed).into_string()),
-                        "terminal": snap.status.is_terminal(),
-                    });
-                    Some((
-                        Some(Event::default().data(data.to_string())),
-                        snap.status.is_terminal(),
-                    ))
-                }
-                Snapshot::Loading => None,
-                // Deleted: nothing more will come (a reconnect gets the 404 page).
-                Snapshot::Gone => Some((None, true)),
+    let source = LiveTask {
+        updates: WatchStream::new(watcher.rx.clone()),
+        owner: viewer.is_owner(&task),
+        id: task.id.to_string(),
+        viewer,
+        done: false,
+        shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
+        _watcher: watcher,
+        _permit: permit,
+    };
+    sse::response(&state, source)
+}
+
+/// One viewer's stream of one task: each new version, up to and including the final one.
+struct LiveTask {
+    updates: WatchStream<Snapshot>,
+    viewer: Viewer,
+    owner: bool,
+    id: String,
+    done: bool,
+    shutdown: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+    _watcher: Watcher,
+    _permit: StreamPermit,
+}
+
+impl LiveTask {
+    /// What the page puts in place: status, message, the pending input rendered for this
+    /// viewer, and (for the owner) the result.
+    fn render(&self, snap: &TaskSnapshot) -> Value {
+        let detailed = &snap.detailed;
+        let keys: Vec<&str> = detailed
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .map(|r| r.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        json!({
+            "status": snap.status.as_str(),
+            "message": detailed.get("statusMessage"),
+            "keys": keys.join(" "),
+            "inputs": task::inputs(&self.viewer, self.owner, &self.id, detailed).into_string(),
+            "result": self.owner.then(|| task::result(detailed).into_string()),
+            "terminal": snap.status.is_terminal(),
+        })
+    }
+}
+
+impl EventSource for LiveTask {
+    async fn next_event(&mut self) -> Option<Event> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let snapshot = tokio::select! {
+                snapshot = self.updates.next() => snapshot?,
+                () = self.shutdown.as_mut() => return None,
             };
-            std::future::ready(event)
-        });
-    // Up to and including the final state, then the end of the stream.
-    let body = stream::unfold(
-        (Box::pin(updates), false, watcher, permit),
-        |(mut s, done, w, p)| async move {
-            if done {
-                return None;
+            match snapshot {
+                Snapshot::Loading => {}
+                // Deleted: nothing more will come (a reconnect gets the 404 page).
+                Snapshot::Gone => return None,
+                Snapshot::Task(snap) => {
+                    self.done = snap.status.is_terminal();
+                    return Some(sse::frame(&self.render(&snap)));
+                }
             }
-            let (event, terminal) = s.next().await?;
-            let event = event?;
-            Some((Ok::<_, Infallible>(event), (s, terminal, w, p)))
-        },
-    );
-    let mut response = Sse::new(body)
-        .keep_alive(KeepAlive::new().interval(state.config().keep_alive))
-        .into_response();
-    response
-        .headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    *response.status_mut() = StatusCode::OK;
-    response
+        }
+    }
 }
