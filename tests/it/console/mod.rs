@@ -4,9 +4,15 @@
 //!
 //! [`Console`] stands in for a browser: it keeps cookies, never follows redirects (the
 //! tests check each one), and reads the CSRF token from the page it was served.
+//!
+//! `browser`, `browser_tasks`, `browser_access`: the acceptance of issue 15 in a real
+//! browser, Debian's chromium over WebDriver, with a screenshot of every page.
 
 mod access;
 mod actions;
+mod browser;
+mod browser_access;
+mod browser_tasks;
 mod oauth;
 mod replicas;
 mod views;
