@@ -220,6 +220,14 @@ impl Store {
                     -- Out of the queue's index; leased rows are found by tasks_leased.
                     run_after = NULL,
                     attempt = t.attempt + 1,
+                    -- The run's claim, for its history (the row is rewritten here anyway);
+                    -- runnable since as the candidates say: a lapsed lease's expiry, or
+                    -- the queued task's run_after.
+                    claimed_at = now(),
+                    claimed_by = $1,
+                    pickup_ms = least(greatest(EXTRACT(EPOCH FROM now() - CASE
+                        WHEN t.lease_owner IS NOT NULL THEN t.lease_expires_at
+                        ELSE t.run_after END) * 1000, 0), 2147483647)::integer,
                     status_message = CASE WHEN t.attempt = 0 THEN $4
                         ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
                     updated_at = now(),
