@@ -11,7 +11,8 @@ use crate::client_ops::finish_columns;
 use crate::record::{TaskRow, task_columns};
 use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
 
-/// The guard on every worker write: the same lease (token), still held and working.
+/// The guard on every worker write: the same lease (token), still held, and the task
+/// working or waiting for input its run asked for while holding it (see `held_input.rs`).
 ///
 /// A lease that lapsed is not checked here: every claim bumps the token, so a lapsed
 /// lease that nobody claimed since is still the only one (after a database outage its
@@ -20,12 +21,13 @@ use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
 macro_rules! fenced {
     () => {
         "tenant = $1 AND principal = $2 AND id = $3 AND lease_token = $4
-         AND status = 'working' AND lease_owner IS NOT NULL"
+         AND status IN ('working', 'input_required') AND lease_owner IS NOT NULL"
     };
 }
+pub(crate) use fenced;
 
 /// Binds `$1..$4` of a [`fenced!`] statement: the lease's owner, task and token.
-trait BindLease<'q>: Sized {
+pub(crate) trait BindLease<'q>: Sized {
     fn bind_lease(self, lease: &'q Lease) -> Self;
 }
 
@@ -175,7 +177,7 @@ impl Store {
                 FROM tasks
                 WHERE $7
                   AND lease_owner IS NOT NULL
-                  AND status = 'working'
+                  AND status IN ('working', 'input_required')
                   AND lease_expires_at <= now()
                   AND attempt < max_attempts
                   AND cancel_requested_at IS NULL
@@ -199,6 +201,9 @@ impl Store {
             ),
             candidates AS (SELECT * FROM lapsed UNION ALL SELECT * FROM queued)
             UPDATE tasks t SET
+                -- A lapsed run's held input request (held_input.rs) died with it.
+                status = 'working',
+                input_requests = NULL,
                 lease_owner = $1,
                 lease_token = t.lease_token + 1,
                 lease_expires_at = now() + $3 * interval '1 millisecond',
@@ -254,7 +259,7 @@ impl Store {
                 SELECT tenant, principal, id
                 FROM tasks
                 WHERE lease_owner IS NOT NULL
-                  AND status = 'working'
+                  AND status IN ('working', 'input_required')
                   AND lease_expires_at <= now()
                   AND (cancel_requested_at IS NOT NULL OR attempt >= max_attempts)
                 LIMIT $1
@@ -311,14 +316,14 @@ impl Store {
                     AS h(tenant, principal, id, token)
                   ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
                  AND t.lease_token = h.token
-                WHERE t.status = 'working' AND t.lease_owner IS NOT NULL
+                WHERE t.status IN ('working', 'input_required') AND t.lease_owner IS NOT NULL
             ),
             free AS MATERIALIZED (
                 SELECT t.tenant, t.principal, t.id
                 FROM tasks t JOIN held h
                   ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
                  AND t.lease_token = h.token
-                WHERE t.status = 'working'
+                WHERE t.status IN ('working', 'input_required')
                 FOR UPDATE OF t SKIP LOCKED
             ),
             extended AS (
@@ -471,7 +476,8 @@ impl Store {
                  version = version + 1
              WHERE ",
             fenced!(),
-            " AND cancel_requested_at IS NULL AND NOT (issued_keys && $6::text[])"
+            " AND status = 'working' AND cancel_requested_at IS NULL
+              AND NOT (issued_keys && $6::text[])"
         ))
         .bind_lease(lease)
         .bind(Value::Object(requests.clone()))
@@ -513,6 +519,9 @@ impl Store {
         let released: Option<bool> = sqlx::query_scalar(concat!(
             "WITH released AS (
                  UPDATE tasks SET
+                     -- Input the run asked for while holding the task dies with the run.
+                     status = 'working',
+                     input_requests = NULL,
                      lease_owner = NULL,
                      lease_expires_at = NULL,
                      run_after = now(),
@@ -566,7 +575,7 @@ pub(crate) fn finish_batch(
                          $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
                   AS u(tenant, principal, id, token, status, result, error, message, n)
              WHERE t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
-               AND t.lease_token = u.token AND t.status = 'working'
+               AND t.lease_token = u.token AND t.status IN ('working', 'input_required')
                AND t.lease_owner IS NOT NULL
              -- A task finished twice in one batch is updated once: the input row that
              -- landed is the one told so.

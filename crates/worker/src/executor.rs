@@ -420,4 +420,11 @@ impl TaskSink for LeaseSink {
             }
         })
     }
+
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [(String, Value)],
+    ) -> BoxFuture<'a, Result<Vec<Value>, ContextError>> {
+        Box::pin(crate::held::ask(&self.store, &self.lease, requests))
+    }
 }
