@@ -12,3 +12,9 @@ ALTER TABLE tasks
     DROP CONSTRAINT IF EXISTS tasks_leased_only_when_working,
     ADD CONSTRAINT tasks_leased_only_when_live
         CHECK (status IN ('working', 'input_required') OR lease_owner IS NULL);
+
+-- What the client that created the task declared it can answer (its elicitation,
+-- sampling and roots capabilities, nothing else), so that a worker asks it only for
+-- input of a kind it declared. NULL for tasks created before this column (and by older
+-- replicas): their workers bridge form elicitation only.
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS client_capabilities jsonb;

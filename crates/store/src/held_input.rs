@@ -106,7 +106,11 @@ impl Store {
     /// The answers to a held request under `keys`, once all have arrived. `None` when
     /// the lease is gone (lost, or the task ended: cancelled, expired).
     #[tracing::instrument(name = "db.lease.held_answers", skip_all, err(level = "debug"))]
-    pub async fn held_answers(&self, lease: &Lease, keys: &[String]) -> Result<Option<HeldAnswers>> {
+    pub async fn held_answers(
+        &self,
+        lease: &Lease,
+        keys: &[String],
+    ) -> Result<Option<HeldAnswers>> {
         let row: Option<(String, Value)> = sqlx::query_as(concat!(
             "SELECT status,
                     (SELECT coalesce(jsonb_object_agg(k, input_responses -> k), '{}'::jsonb)

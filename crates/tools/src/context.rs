@@ -151,10 +151,11 @@ impl ToolContext {
         }
     }
 
-    /// What the calling client declared, for a run inside the replica that received the
-    /// call (a sync-only tool), so a handler can ask only for input the client can give.
-    /// `None` in a worker: there the kinds the tool declared with
-    /// [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
+    /// What the calling client declared, so a handler can ask only for input the client
+    /// can give: all of it for a run inside the replica that received the call (a
+    /// sync-only tool); in a worker, the input kinds the client that created the task
+    /// declared (`None` for a task created before they were kept). The kinds the tool
+    /// declared with [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
     pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
         self.inner.client_capabilities.as_ref()
     }

@@ -116,24 +116,15 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
-    fn route(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
-        self.calls.lock().ok()?.route_by_request(id)
-    }
-}
-
-impl ClientHandler for Bridge {
-    fn get_info(&self) -> ClientConfig {
-        self.info.clone()
-    }
-
-    async fn create_elicitation(
+    /// Passes an input request from the upstream to the call it belongs to, and returns
+    /// the answer our client gave.
+    async fn ask_client(
         &self,
-        request: ElicitRequestParams,
-        context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, McpError> {
-        let params = serde_json::to_value(&request)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        let (task, request) = crate::input::from_upstream("elicitation/create", params);
+        method: &str,
+        params: serde_json::Value,
+        ct: CancellationToken,
+    ) -> Result<serde_json::Value, McpError> {
+        let (task, request) = crate::input::from_upstream(method, params);
         let route = self
             .calls
             .lock()
@@ -155,11 +146,10 @@ impl ClientHandler for Bridge {
         }
         let answer = tokio::select! {
             a = answer => a,
-            () = context.ct.cancelled() => return Err(McpError::internal_error("cancelled by the server", None)),
+            () = ct.cancelled() => return Err(McpError::internal_error("cancelled by the server", None)),
         };
         match answer {
-            Ok(Ok(value)) => serde_json::from_value(value)
-                .map_err(|e| McpError::internal_error(format!("an unusable answer: {e}"), None)),
+            Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(McpError::new(
                 rmcp::model::ErrorCode(i32::try_from(e.code).unwrap_or(-32603)),
                 e.message,
@@ -170,6 +160,49 @@ impl ClientHandler for Bridge {
                 None,
             )),
         }
+    }
+
+    fn route(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
+        self.calls.lock().ok()?.route_by_request(id)
+    }
+}
+
+impl ClientHandler for Bridge {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let answer = self
+            .ask_client("elicitation/create", params, context.ct)
+            .await?;
+        serde_json::from_value(answer)
+            .map_err(|e| McpError::internal_error(format!("an unusable answer: {e}"), None))
+    }
+
+    // Sampling is deprecated from 2026-07-28 on, but 2025-era upstreams still ask for it.
+    #[expect(
+        deprecated,
+        reason = "2025-era upstreams still send sampling/createMessage"
+    )]
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let answer = self
+            .ask_client("sampling/createMessage", params, context.ct)
+            .await?;
+        serde_json::from_value(answer)
+            .map_err(|e| McpError::internal_error(format!("an unusable answer: {e}"), None))
     }
 
     async fn on_progress(
@@ -527,12 +560,14 @@ async fn relay_stderr(name: &str, stderr: Option<tokio::process::ChildStderr>) {
 
 /// What we tell upstreams about ourselves.
 pub(crate) fn client_info(name: &str, version: &str) -> ClientConfig {
-    // Elicitation (form) is bridged to our tasks' inputRequests (see `input.rs`).
-    // Sampling is not: the workers do not know whether the client that created a task
-    // could answer it, so we do not invite it (rmcp answers it "method not found").
-    let capabilities: ClientCapabilities =
-        serde_json::from_value(serde_json::json!({ "elicitation": { "form": {} } }))
-            .unwrap_or_default();
+    // Form elicitation and sampling are bridged to our tasks' inputRequests (see
+    // `input.rs`), each only for a client that declared it; the upstream hears an error
+    // otherwise.
+    let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+        "elicitation": { "form": {} },
+        "sampling": {},
+    }))
+    .unwrap_or_default();
     ClientConfig::new(
         capabilities,
         Implementation::new(name.to_owned(), version.to_owned()),

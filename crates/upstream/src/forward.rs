@@ -203,9 +203,7 @@ async fn call_round(
     budget: &mut Budget,
 ) -> Result<Round, Failure> {
     let params: CallToolRequestParams = serde_json::from_value(call_params(tool, ctx, extra))
-        .map_err(|e| {
-        Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string()))
-    })?;
+        .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string())))?;
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
@@ -230,6 +228,12 @@ async fn call_round(
             }
             Some(asked) = registration.inputs.recv() => {
                 let Asked { request, reply } = asked;
+                // Input the client cannot give: the upstream hears so, and may go on.
+                if let Some(why) = crate::input::refusal(conn.name(), tool, ctx, &request) {
+                    tracing::info!(upstream = %conn.name(), "{why}");
+                    let _ = reply.send(Err(ErrorObject::new(codes::INVALID_REQUEST, why)));
+                    continue;
+                }
                 let answered = tokio::select! {
                     a = crate::input::ask(conn.name(), tool, ctx, budget, vec![("elicitation".into(), request)]) => a,
                     // The call ended while the client was asked: the question is moot.

@@ -73,11 +73,8 @@ pub(crate) async fn ask(
         return Ok(Vec::new());
     }
     for (_, request) in &requests {
-        let method = request["method"].as_str().unwrap_or_default();
-        if method != "elicitation/create" {
-            return Err(refused(format!(
-                "Upstream {upstream:?} asked for input of a kind we do not pass on ({method:?}) during tool {tool:?}; only elicitation/create is"
-            )));
+        if let Some(why) = refusal(upstream, tool, ctx, request) {
+            return Err(refused(why));
         }
         let size = serde_json::to_vec(request).map_or(usize::MAX, |v| v.len());
         if size > MAX_REQUEST_BYTES {
@@ -93,6 +90,45 @@ pub(crate) async fn ask(
             "Upstream {upstream:?} asked for input during tool {tool:?}, which could not be passed on: {why}"
         ))),
     }
+}
+
+/// Why `request` cannot be put to the client, if it cannot: a kind we do not pass on,
+/// one the client that created the task did not declare, or a run with no task to ask
+/// through (a sync-only tool).
+pub(crate) fn refusal(
+    upstream: &str,
+    tool: &str,
+    ctx: &ToolContext,
+    request: &Value,
+) -> Option<String> {
+    let method = request["method"].as_str().unwrap_or_default();
+    if !matches!(method, "elicitation/create" | "sampling/createMessage") {
+        return Some(format!(
+            "Upstream {upstream:?} asked for input of a kind we do not pass on ({method:?}) during tool {tool:?}"
+        ));
+    }
+    if ctx.task_id().is_none() {
+        return Some(format!(
+            "Upstream {upstream:?} asked for input during tool {tool:?}, which runs without a task (sync-only), so there is nobody to ask"
+        ));
+    }
+    let declared = match ctx.client_capabilities() {
+        Some(caps) => caps.can_answer(method, request.get("params")),
+        // A task created before capabilities were kept: form elicitation, as before.
+        None => {
+            method == "elicitation/create"
+                && request
+                    .pointer("/params/mode")
+                    .and_then(Value::as_str)
+                    .unwrap_or("form")
+                    == "form"
+        }
+    };
+    (!declared).then(|| {
+        format!(
+            "Upstream {upstream:?} asked for input the client did not declare it can give ({method}) during tool {tool:?}"
+        )
+    })
 }
 
 fn refused(message: String) -> Failure {

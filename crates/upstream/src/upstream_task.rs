@@ -121,6 +121,12 @@ async fn result_answering(
             r = &mut response => break r,
             Some(asked) = registration.inputs.recv() => {
                 let Asked { request, reply } = asked;
+                // Input the client cannot give: the upstream hears so, and may go on.
+                if let Some(why) = crate::input::refusal(conn.name(), tool, ctx, &request) {
+                    tracing::info!(upstream = %conn.name(), "{why}");
+                    let _ = reply.send(Err(ErrorObject::new(codes::INVALID_REQUEST, why)));
+                    continue;
+                }
                 let answered = tokio::select! {
                     a = crate::input::ask(conn.name(), tool, ctx, &mut budget, vec![("elicitation".into(), request)]) => a,
                     r = &mut response => break r,

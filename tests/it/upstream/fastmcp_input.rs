@@ -102,17 +102,26 @@ fn lines(path: &str) -> Vec<String> {
 /// Waits until the task asks for input, checks what `tasks/get` shows against the
 /// official schema, and returns the task and its one input key.
 pub(super) async fn asked(client: &Client, id: &str) -> (Value, String) {
-    let task = eventually(Duration::from_secs(60), "the task asks for input", || async {
-        let task = client.get_task(id).await.ok()?;
-        (status(&task) == "input_required").then_some(task)
-    })
+    asked_for(client, id, "elicitation/create").await
+}
+
+/// [`asked`], for a request of `method`.
+pub(super) async fn asked_for(client: &Client, id: &str, method: &str) -> (Value, String) {
+    let task = eventually(
+        Duration::from_secs(60),
+        "the task asks for input",
+        || async {
+            let task = client.get_task(id).await.ok()?;
+            (status(&task) == "input_required").then_some(task)
+        },
+    )
     .await;
     let tasks = official::Definitions::load(official::Schema::Tasks);
     tasks.check("InputRequiredTask", &task);
     let requests = task["inputRequests"].as_object().expect("inputRequests");
     assert_eq!(requests.len(), 1, "{task}");
     let (key, request) = requests.iter().next().expect("one request");
-    assert_eq!(request["method"], "elicitation/create", "{task}");
+    assert_eq!(request["method"], method, "{task}");
     (task.clone(), key.clone())
 }
 
@@ -141,7 +150,10 @@ async fn fastmcp_input_requests_are_answered_through_tasks_update() {
         let (task, key) = asked(&client, &id).await;
         let field = property(&task, &key);
         elsewhere
-            .update_task(&id, json!({ key.clone(): {"action": "accept", "content": { field: "Ada" }} }))
+            .update_task(
+                &id,
+                json!({ key.clone(): {"action": "accept", "content": { field: "Ada" }} }),
+            )
             .await
             .expect("tasks/update");
         let done = wait_terminal(&client, &id, Duration::from_secs(60)).await;
@@ -190,7 +202,11 @@ async fn cancelling_a_task_waiting_for_input_reaches_the_upstream_tool() {
     eventually(
         Duration::from_secs(15),
         "the waiting tool saw the cancellation",
-        || async { lines(&marker).contains(&"cancelled".to_owned()).then_some(()) },
+        || async {
+            lines(&marker)
+                .contains(&"cancelled".to_owned())
+                .then_some(())
+        },
     )
     .await;
 
@@ -204,10 +220,16 @@ async fn cancelling_a_task_waiting_for_input_reaches_the_upstream_tool() {
     assert_eq!(status(&done), "cancelled", "{done}");
     // A late answer changes nothing (whether or not it is refused).
     let _ = client
-        .update_task(&id, json!({ key: {"action": "accept", "content": {"name": "Ada"}} }))
+        .update_task(
+            &id,
+            json!({ key: {"action": "accept", "content": {"name": "Ada"}} }),
+        )
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(status(&client.get_task(&id).await.expect("tasks/get")), "cancelled");
+    assert_eq!(
+        status(&client.get_task(&id).await.expect("tasks/get")),
+        "cancelled"
+    );
     assert_eq!(lines(&marker), ["asked"]);
 }
 
