@@ -69,6 +69,14 @@ async def guarded_name(marker: str, ctx: Context) -> str:
         return "hello " + answer.content["name"]
     return "no name: " + answer.action
 
+@mcp.tool
+async def greedy(count: int, size: int, ctx: Context) -> str:
+    """Asks for `count` inputs at once, each with a message of `size` characters."""
+    return InputRequiredResult(input_requests={f"k{i}": ElicitRequest(params=ElicitRequestFormParams(
+        message="x" * size,
+        requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+    )) for i in range(count)})
+
 if __name__ == "__main__":
     mcp.run(show_banner=False)
 "#;
@@ -184,6 +192,40 @@ async fn fastmcp_input_requests_are_answered_through_tasks_update() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn what_an_upstream_may_ask_is_bounded() {
+    let scratch = Scratch::new();
+    let fleet = Fleet::start(&setup(&scratch).await, 1).await;
+    fleet.wait_reachable().await;
+    let client = fleet.client();
+    for (arguments, says) in [
+        (json!({"count": 40, "size": 10}), "more than 32 times"),
+        (json!({"count": 1, "size": 100_000}), "larger than 65536 bytes"),
+    ] {
+        let id = start_task(&client, "modern_greedy", arguments.clone()).await;
+        let done = wait_terminal(&client, &id, Duration::from_secs(60)).await;
+        assert_eq!(status(&done), "failed", "{arguments}: {done}");
+        let message = done["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(says) && message.contains("\"modern\""),
+            "{arguments}: {done}"
+        );
+    }
+
+    // A client that did not declare elicitation is never asked; the tool hears so.
+    let plain = Client::new(
+        fleet.replica.url(),
+        json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }),
+    );
+    let marker = scratch.path("undeclared");
+    let id = start_task(&plain, "legacy_ask_name", json!({"marker": marker})).await;
+    let done = wait_terminal(&plain, &id, Duration::from_secs(60)).await;
+    assert_eq!(status(&done), "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    assert!(text_of(&done["result"]).contains("did not declare"), "{done}");
+    assert_eq!(lines(&marker), ["asked"]);
 }
 
 #[tokio::test]
