@@ -202,7 +202,10 @@ async fn what_an_upstream_may_ask_is_bounded() {
     let client = fleet.client();
     for (arguments, says) in [
         (json!({"count": 40, "size": 10}), "more than 32 times"),
-        (json!({"count": 1, "size": 100_000}), "larger than 65536 bytes"),
+        (
+            json!({"count": 1, "size": 100_000}),
+            "larger than 65536 bytes",
+        ),
     ] {
         let id = start_task(&client, "modern_greedy", arguments.clone()).await;
         let done = wait_terminal(&client, &id, Duration::from_secs(60)).await;
@@ -224,7 +227,10 @@ async fn what_an_upstream_may_ask_is_bounded() {
     let done = wait_terminal(&plain, &id, Duration::from_secs(60)).await;
     assert_eq!(status(&done), "completed", "{done}");
     assert_eq!(done["result"]["isError"], true, "{done}");
-    assert!(text_of(&done["result"]).contains("did not declare"), "{done}");
+    assert!(
+        text_of(&done["result"]).contains("did not declare"),
+        "{done}"
+    );
     assert_eq!(lines(&marker), ["asked"]);
 }
 
