@@ -11,20 +11,15 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use mcp_tasks_store::Owner;
-use mcp_tasks_tools::InputRequests;
 use mcp_tasks_tools::catalog::{CatalogError, CompletionRequest, Fetched, Reference};
-use mcp_tasks_wire::results::{
-    CacheHint, Offered, input_required_result, list_result, read_resource_result,
-};
+use mcp_tasks_wire::results::{CacheHint, Offered, list_result, read_resource_result};
 use mcp_tasks_wire::{ErrorObject, RequestMeta, codes};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::answers::gather_for_round;
 use crate::error::RpcError;
+use crate::mrtr::{self, Earlier, Round};
 use crate::params::string_param;
-use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
-use crate::tools_call::{ensure_client_can_answer, millis, now_ms};
 
 /// The lists the server pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +114,9 @@ pub(crate) async fn read(
     params: &Map<String, Value>,
 ) -> Result<Map<String, Value>, RpcError> {
     let uri = string_param(params, "uri")?;
-    let round = Round::new("resources/read", uri, &json!({}));
-    let answers = round.gathered(state, owner, params)?;
+    let no_arguments = json!({});
+    let round = Round::new(Some("resources/read"), uri, &no_arguments);
+    let answers = gathered(&round, state, owner, params)?;
     match state
         .registry()
         .catalog()
@@ -154,8 +150,9 @@ pub(crate) async fn get_prompt(
             ));
         }
     };
-    let round = Round::new("prompts/get", name, &Value::Object(arguments.clone()));
-    let answers = round.gathered(state, owner, params)?;
+    let round_arguments = Value::Object(arguments.clone());
+    let round = Round::new(Some("prompts/get"), name, &round_arguments);
+    let answers = gathered(&round, state, owner, params)?;
     match state
         .registry()
         .catalog()
@@ -223,85 +220,17 @@ pub(crate) async fn complete(
     Ok(result)
 }
 
-/// One MRTR round of `prompts/get` or `resources/read`.
-struct Round<'a> {
-    method: &'static str,
-    name: &'a str,
-    args: String,
-}
-
-impl<'a> Round<'a> {
-    fn new(method: &'static str, name: &'a str, arguments: &Value) -> Self {
-        Self {
-            method,
-            name,
-            args: value_digest(arguments),
-        }
-    }
-
-    /// The answers gathered so far: none without a `requestState` (answers that arrive
-    /// without one answer nothing this server asked), else the state's plus this round's.
-    fn gathered(
-        &self,
-        state: &AppState,
-        owner: &Owner,
-        params: &Map<String, Value>,
-    ) -> Result<Map<String, Value>, RpcError> {
-        let token = match params.get("requestState") {
-            None | Some(Value::Null) => return Ok(Map::new()),
-            Some(Value::String(token)) => token,
-            Some(_) => {
-                return Err(RpcError::invalid_params(
-                    "params.requestState must be a string",
-                ));
-            }
-        };
-        let invalid = |why: &str| RpcError::invalid_params(format!("invalid requestState: {why}"));
-        let rs = state.state_keys().verify(token).map_err(invalid)?;
-        if rs.owner != owner_digest(owner)
-            || rs.method.as_deref() != Some(self.method)
-            || rs.tool != self.name
-        {
-            return Err(invalid("it was issued for another caller or request"));
-        }
-        if rs.expires_ms < now_ms() {
-            return Err(invalid("it has expired; send the request again without it"));
-        }
-        let StateKind::Pre {
-            args,
-            mut answers,
-            pending,
-        } = rs.kind
-        else {
-            return Err(invalid("it was issued for another request"));
-        };
-        if args != self.args {
-            return Err(invalid("the arguments changed since it was issued"));
-        }
-        gather_for_round(params, &pending, &mut answers)?;
-        Ok(answers)
-    }
-
-    fn ask(
-        &self,
-        state: &AppState,
-        owner: &Owner,
-        meta: &RequestMeta,
-        answers: Map<String, Value>,
-        requests: InputRequests,
-    ) -> Result<Map<String, Value>, RpcError> {
-        ensure_client_can_answer(meta, requests.as_map())?;
-        let token = state.state_keys().sign(&RequestState {
-            tool: self.name.to_owned(),
-            method: Some(self.method.to_owned()),
-            owner: owner_digest(owner),
-            expires_ms: now_ms() + millis(state.config().request_state_ttl),
-            kind: StateKind::Pre {
-                args: self.args.clone(),
-                answers,
-                pending: requests.as_map().clone(),
-            },
-        });
-        Ok(input_required_result(requests.into_map(), token))
+/// The answers gathered so far: none without a `requestState` (answers that arrive
+/// without one answer nothing this server asked), else the state's plus this round's.
+fn gathered(
+    round: &Round<'_>,
+    state: &AppState,
+    owner: &Owner,
+    params: &Map<String, Value>,
+) -> Result<Map<String, Value>, RpcError> {
+    match round.earlier(state, owner, params)? {
+        Earlier::First => Ok(Map::new()),
+        Earlier::Pre(answers) => Ok(answers),
+        Earlier::Task(_) => Err(mrtr::invalid("it was issued for another request")),
     }
 }

@@ -11,18 +11,19 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, TaskRecord};
-use mcp_tasks_tools::{ExecutionPolicy, InputRequests, Outcome, Tool, ToolContext, ToolError};
+use mcp_tasks_tools::{ExecutionPolicy, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::results::input_required_result;
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
 use serde_json::{Map, Value, json};
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::AppState;
-use crate::answers::{apply_params_to_task, gather_for_round};
+use crate::answers::apply_params_to_task;
 use crate::error::RpcError;
+use crate::mrtr::{self, Earlier, Round};
 use crate::params::{parse_task_id, refuse_larger, refuse_nul, string_param};
 use crate::push::hub::Snapshot;
-use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
+use crate::request_state::{StateKind, value_digest};
 
 pub(crate) async fn call(
     state: &AppState,
@@ -129,10 +130,12 @@ pub(crate) async fn start(
         return Err(RpcError::method(ErrorObject::tasks_extension_required()));
     }
 
-    let answers = match earlier_round(state, owner, &tool, &arguments, params)? {
-        Round::First => Map::new(),
-        Round::Pre(answers) => answers,
-        Round::Task(id) => {
+    let round = Round::new(None, &tool.name, &arguments);
+    let answers = match round.earlier(state, owner, params)? {
+        Earlier::First => Map::new(),
+        Earlier::Pre(answers) => answers,
+        Earlier::Task(id) => {
+            let id = parse_task_id(&id)?;
             apply_params_to_task(state, owner, id, params).await?;
             return wait_for_result(state, owner, meta, &tool, id, false)
                 .await
@@ -146,7 +149,8 @@ pub(crate) async fn start(
             .map(Started::Answered);
     }
     if let Err(requests) = tool.preflight(&arguments, &answers) {
-        return input_required(state, owner, meta, &tool, &arguments, answers, requests)
+        return round
+            .ask(state, owner, meta, answers, requests)
             .map(Started::Answered);
     }
 
@@ -233,81 +237,6 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, millis)
-}
-
-enum Round {
-    /// No `requestState`: a fresh call. Any `inputResponses` without a state are
-    /// ignored, since nothing says they answer requests this server made.
-    First,
-    /// Answers gathered before any task exists.
-    Pre(Map<String, Value>),
-    /// A task run on behalf of a client without the Tasks extension, paused for input.
-    Task(TaskId),
-}
-
-fn earlier_round(
-    state: &AppState,
-    owner: &Owner,
-    tool: &Tool,
-    arguments: &Value,
-    params: &Map<String, Value>,
-) -> Result<Round, RpcError> {
-    let token = match params.get("requestState") {
-        None | Some(Value::Null) => return Ok(Round::First),
-        Some(Value::String(token)) => token,
-        Some(_) => {
-            return Err(RpcError::invalid_params(
-                "params.requestState must be a string",
-            ));
-        }
-    };
-    let invalid = |why: &str| RpcError::invalid_params(format!("invalid requestState: {why}"));
-    let rs = state.state_keys().verify(token).map_err(invalid)?;
-    if rs.owner != owner_digest(owner) || rs.tool != tool.name || rs.method.is_some() {
-        return Err(invalid("it was issued for another caller or tool"));
-    }
-    if rs.expires_ms < now_ms() {
-        return Err(invalid("it has expired; call the tool again without it"));
-    }
-    match rs.kind {
-        StateKind::Task { task } => Ok(Round::Task(parse_task_id(&task)?)),
-        StateKind::Pre {
-            args,
-            mut answers,
-            pending,
-        } => {
-            if args != value_digest(arguments) {
-                return Err(invalid("the arguments changed since it was issued"));
-            }
-            gather_for_round(params, &pending, &mut answers)?;
-            Ok(Round::Pre(answers))
-        }
-    }
-}
-
-/// An MRTR answer: the requests, and a signed state to send back with the answers.
-fn input_required(
-    state: &AppState,
-    owner: &Owner,
-    meta: &RequestMeta,
-    tool: &Tool,
-    arguments: &Value,
-    answers: Map<String, Value>,
-    requests: InputRequests,
-) -> Result<Map<String, Value>, RpcError> {
-    ensure_client_can_answer(meta, requests.as_map())?;
-    let token = state.state_keys().sign(&RequestState {
-        tool: tool.name.clone(),
-        method: None,
-        owner: owner_digest(owner),
-        expires_ms: now_ms() + millis(state.config().request_state_ttl),
-        kind: StateKind::Pre {
-            args: value_digest(arguments),
-            answers,
-            pending: requests.as_map().clone(),
-        },
-    });
-    Ok(input_required_result(requests.into_map(), token))
 }
 
 /// The part of the client's capabilities that says what input it can give, kept with
@@ -406,7 +335,7 @@ async fn run_here(
             state.config().server_info.stamped_call_tool_result(result),
         )),
         Ok(Outcome::NeedInput(requests)) => {
-            input_required(state, owner, meta, tool, arguments, answers, requests)
+            Round::new(None, &tool.name, arguments).ask(state, owner, meta, answers, requests)
         }
         Ok(Outcome::Cancelled) | Err(ToolError::Interrupted) => {
             Err(RpcError::method(ErrorObject::new(
@@ -541,15 +470,10 @@ async fn wait_for_result(
                     // Refused (guard still armed): the task is cancelled, as nobody can answer.
                     ensure_client_can_answer(meta, &requests)?;
                     guard.disarm();
-                    let token = state.state_keys().sign(&RequestState {
-                        tool: tool.name.clone(),
-                        method: None,
-                        owner: owner_digest(owner),
-                        expires_ms: now_ms() + millis(state.config().request_state_ttl),
-                        kind: StateKind::Task {
-                            task: id.to_string(),
-                        },
-                    });
+                    let kind = StateKind::Task {
+                        task: id.to_string(),
+                    };
+                    let token = mrtr::sign(state, owner, None, &tool.name, kind);
                     return Ok(input_required_result(requests, token));
                 }
                 TaskStatus::Working => {}

@@ -7,7 +7,7 @@ use sqlx::{Postgres, Transaction};
 use mcp_tasks_wire::TaskView;
 
 use crate::record::{TaskRow, ViewRow, task_columns, view_columns};
-use crate::{DbResult, Lookup, Owner, Result, Store, TaskId, TaskRecord, notify};
+use crate::{DbResult, Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
 
 /// Columns every statement that finishes a task sets: clears the lease and the runnable
 /// mark, and raises ttl_ms so the task stays readable for its retention period.
@@ -60,36 +60,51 @@ impl Store {
     /// What `tasks/get` shows of a task: one primary-key read of only those columns.
     #[tracing::instrument(name = "db.task.get_view", skip_all, err(level = "debug"))]
     pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskView>> {
-        let row: Option<ViewRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            view_columns!(),
-            " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
-        ))
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
-        .fetch_optional(self.pool())
+        self.read_one::<ViewRow, _>(
+            concat!(
+                "SELECT ",
+                view_columns!(),
+                " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
+            ),
+            owner,
+            id,
+        )
         .await
-        .db()?;
-        match row {
-            Some(row) => Ok(Lookup::Found(row.try_into()?)),
-            None => self.missing(self.pool(), owner, id).await,
-        }
     }
 
     #[tracing::instrument(name = "db.task.get", skip_all, err(level = "debug"))]
     pub async fn get_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskRecord>> {
-        let row: Option<TaskRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
-        ))
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
-        .fetch_optional(self.pool())
+        self.read_one::<TaskRow, _>(
+            concat!(
+                "SELECT ",
+                task_columns!(),
+                " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
+            ),
+            owner,
+            id,
+        )
         .await
-        .db()?;
+    }
+
+    /// One task of `owner` as `sql` reads it (binding tenant, principal and id, in that
+    /// order) into a row of type `R`.
+    async fn read_one<R, T>(
+        &self,
+        sql: &'static str,
+        owner: &Owner,
+        id: TaskId,
+    ) -> Result<Lookup<T>>
+    where
+        R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+        T: TryFrom<R, Error = StoreError>,
+    {
+        let row: Option<R> = sqlx::query_as(sql)
+            .bind(&owner.tenant)
+            .bind(&owner.principal)
+            .bind(id.0)
+            .fetch_optional(self.pool())
+            .await
+            .db()?;
         match row {
             Some(row) => Ok(Lookup::Found(row.try_into()?)),
             None => self.missing(self.pool(), owner, id).await,

@@ -53,10 +53,10 @@ pub(crate) struct TaskRow {
     principal: String,
     id: Uuid,
     tool: String,
+    #[sqlx(flatten)]
+    standing: StandingRow,
     arguments: Value,
     trace_context: Option<Value>,
-    status: String,
-    status_message: Option<String>,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
     finished_at: Option<OffsetDateTime>,
@@ -64,7 +64,6 @@ pub(crate) struct TaskRow {
     poll_interval_ms: Option<i64>,
     retention_ms: i64,
     result: Option<Value>,
-    error: Option<Value>,
     input_requests: Option<Value>,
     input_responses: Value,
     issued_keys: Vec<String>,
@@ -72,12 +71,10 @@ pub(crate) struct TaskRow {
     lease_owner: Option<String>,
     lease_token: i64,
     lease_expires_at: Option<OffsetDateTime>,
-    attempt: i32,
     max_attempts: i32,
     cancel_requested_at: Option<OffsetDateTime>,
     version: i64,
     pub(crate) request_digest: Option<String>,
-    end_reason: Option<String>,
     client_capabilities: Option<Value>,
 }
 
@@ -89,6 +86,58 @@ fn end_reason(code: &str) -> Option<EndReason> {
         "crash_recovery" => EndReason::CrashRecovery,
         _ => return None,
     })
+}
+
+/// The columns that say how a task stands, in every row type that reads a task.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct StandingRow {
+    status: String,
+    status_message: Option<String>,
+    error: Option<Value>,
+    attempt: i32,
+    end_reason: Option<String>,
+}
+
+/// How a row says its task stands. A task the service ended on its own account has an
+/// `end_reason`; its status message and error, when the row has none, are composed from it.
+struct Standing {
+    status: TaskStatus,
+    end_reason: Option<EndReason>,
+    status_message: Option<String>,
+    error: Option<ErrorObject>,
+    attempt: i32,
+}
+
+impl Standing {
+    fn read(id: Uuid, row: StandingRow) -> Result<Self, StoreError> {
+        let status = row.status.parse().map_err(|e: String| corrupt(id, &e))?;
+        let end_reason = row
+            .end_reason
+            .as_deref()
+            .map(|code| end_reason(code).ok_or_else(|| corrupt(id, "unknown end_reason")))
+            .transpose()?;
+        let error = match row.error {
+            Some(error) => Some(
+                serde_json::from_value(error)
+                    .map_err(|_| corrupt(id, "error is not a JSON-RPC error object"))?,
+            ),
+            None => end_reason.and_then(|r| r.error(row.attempt)),
+        };
+        let status_message = row
+            .status_message
+            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        Ok(Self {
+            status,
+            end_reason,
+            status_message,
+            error,
+            attempt: row.attempt,
+        })
+    }
+}
+
+fn corrupt(id: Uuid, what: &str) -> StoreError {
+    StoreError::corrupt(format!("task {id}: {what}"))
 }
 
 /// A task as stored. A task the service ended on its own account has an `end_reason`,
@@ -131,30 +180,14 @@ impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
 
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
-        let status = row.status.parse().map_err(|e: String| corrupt(&e))?;
-        let end_reason = row
-            .end_reason
-            .as_deref()
-            .map(|code| end_reason(code).ok_or_else(|| corrupt("unknown end_reason")))
-            .transpose()?;
-        let error = match row.error.clone() {
-            Some(error) => Some(
-                serde_json::from_value(error)
-                    .map_err(|_| corrupt("error is not a JSON-RPC error object"))?,
-            ),
-            None => end_reason.and_then(|r| r.error(row.attempt)),
-        };
-        let status_message = row
-            .status_message
-            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        let standing = Standing::read(row.id, row.standing)?;
         let input_requests = match row.input_requests.clone() {
             None => None,
             Some(Value::Object(m)) => Some(m),
-            Some(_) => return Err(corrupt("input_requests is not an object")),
+            Some(_) => return Err(corrupt(row.id, "input_requests is not an object")),
         };
         let Value::Object(input_responses) = row.input_responses.clone() else {
-            return Err(corrupt("input_responses is not an object"));
+            return Err(corrupt(row.id, "input_responses is not an object"));
         };
         Ok(Self {
             owner: Owner {
@@ -166,8 +199,8 @@ impl TryFrom<TaskRow> for TaskRecord {
             arguments: row.arguments,
             trace_context: row.trace_context,
             client_capabilities: row.client_capabilities,
-            status,
-            status_message,
+            status: standing.status,
+            status_message: standing.status_message,
             created_at: row.created_at,
             updated_at: row.updated_at,
             finished_at: row.finished_at,
@@ -175,7 +208,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             poll_interval_ms: row.poll_interval_ms,
             retention_ms: row.retention_ms,
             result: row.result,
-            error,
+            error: standing.error,
             input_requests,
             input_responses,
             issued_keys: row.issued_keys,
@@ -183,11 +216,11 @@ impl TryFrom<TaskRow> for TaskRecord {
             lease_owner: row.lease_owner,
             lease_token: row.lease_token,
             lease_expires_at: row.lease_expires_at,
-            attempt: row.attempt,
+            attempt: standing.attempt,
             max_attempts: row.max_attempts,
             cancel_requested_at: row.cancel_requested_at,
             version: row.version,
-            end_reason,
+            end_reason: standing.end_reason,
         })
     }
 }
@@ -197,17 +230,14 @@ impl TryFrom<TaskRow> for TaskRecord {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct ViewRow {
     id: Uuid,
-    status: String,
-    status_message: Option<String>,
+    #[sqlx(flatten)]
+    standing: StandingRow,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
     ttl_ms: Option<i64>,
     poll_interval_ms: Option<i64>,
     result: Option<Value>,
-    error: Option<Value>,
     input_requests: Option<Value>,
-    attempt: i32,
-    end_reason: Option<String>,
 }
 
 /// The columns of a [`ViewRow`].
@@ -223,37 +253,21 @@ impl TryFrom<ViewRow> for TaskView {
     type Error = StoreError;
 
     fn try_from(row: ViewRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::corrupt(format!("task {}: {what}", row.id));
-        let status: TaskStatus = row.status.parse().map_err(|e: String| corrupt(&e))?;
-        let end_reason = row
-            .end_reason
-            .as_deref()
-            .map(|code| end_reason(code).ok_or_else(|| corrupt("unknown end_reason")))
-            .transpose()?;
-        let error = match row.error {
-            Some(error) => Some(
-                serde_json::from_value(error)
-                    .map_err(|_| corrupt("error is not a JSON-RPC error object"))?,
-            ),
-            None => end_reason.and_then(|r| r.error(row.attempt)),
-        };
-        let status_message = row
-            .status_message
-            .or_else(|| end_reason.map(|r| r.status_message().to_owned()));
+        let standing = Standing::read(row.id, row.standing)?;
         if row.input_requests.as_ref().is_some_and(|r| !r.is_object()) {
-            return Err(corrupt("input_requests is not an object"));
+            return Err(corrupt(row.id, "input_requests is not an object"));
         }
         Ok(TaskView {
             task_id: TaskId(row.id).to_string(),
-            status,
-            status_message,
+            status: standing.status,
+            status_message: standing.status_message,
             created_at: row.created_at,
             last_updated_at: row.updated_at,
             ttl_ms: row.ttl_ms,
             poll_interval_ms: row.poll_interval_ms,
             input_requests: row.input_requests,
             result: row.result,
-            error,
+            error: standing.error,
         })
     }
 }

@@ -66,8 +66,7 @@ async fn every_kind_of_form_field_is_asked_and_checked() {
     let (screen, rest, code) = fx
         .pty(&["call", "profile"], |s| {
             let mut screen = expect(s, "Tell us about you.");
-            screen += &expect(s, "How do you respond?");
-            send(s, ENTER);
+            screen += &respond(s);
             screen += &expect(s, "Age");
             send(s, "abc\r");
             screen += &expect(s, "a whole number is required");

@@ -146,6 +146,20 @@ fn exit_code(session: &mut PtySession) -> (String, i32) {
     (rest, code)
 }
 
+/// The screen up to the exit, after what `screen` already holds, and the exit code.
+fn to_exit(session: &mut PtySession, screen: String) -> (String, i32) {
+    let (rest, code) = exit_code(session);
+    (screen + &rest, code)
+}
+
+/// Waits for the client's "How do you respond?" choice and takes its first option: answer
+/// the request.
+fn respond(session: &mut PtySession) -> String {
+    let screen = expect(session, "How do you respond?");
+    send(session, ENTER);
+    screen
+}
+
 fn expect(session: &mut PtySession, text: &str) -> String {
     session
         .exp_string(text)

@@ -21,14 +21,10 @@ async fn a_generate_report_run_shows_its_status_and_its_approval_prompt_is_answe
                 s,
                 "Approve the generated report outline? (Summary, Findings, Recommendations)",
             );
-            screen += &expect(s, "How do you respond?");
-            send(s, ENTER);
-            screen += &expect(s, "Approve the outline");
-            send(s, "y");
+            screen += &approve_outline(s);
             screen += &expect_regex(s, r"working: Writing the medium report\.");
             screen += &expect(s, "Generated medium report with approved outline.");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 0, "{screen}");
@@ -49,13 +45,11 @@ async fn input_before_the_task_and_a_declined_request_are_asked_in_the_terminal(
     let (screen, code) = fx
         .pty(&["call", "test_tool_with_task"], |s| {
             let mut screen = expect(s, "What is your name?");
-            screen += &expect(s, "How do you respond?");
-            send(s, ENTER);
+            screen += &respond(s);
             screen += &expect(s, "name");
             send(s, "Ann\r");
             screen += &expect(s, "Hello, Ann! (from a task)");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 0, "{screen}");
@@ -70,8 +64,7 @@ async fn input_before_the_task_and_a_declined_request_are_asked_in_the_terminal(
                 send(s, DOWN);
                 send(s, ENTER);
                 screen += &expect(s, "Kept notes.txt: deletion was not confirmed.");
-                let (rest, code) = exit_code(s);
-                (screen + &rest, code)
+                to_exit(s, screen)
             },
         )
         .await;
@@ -92,13 +85,9 @@ async fn no_wait_prints_the_task_id_and_tasks_wait_finishes_it() {
     let (screen, code) = fx
         .pty(&["tasks", "wait", &id], |s| {
             let mut screen = expect(s, "Approve the generated report outline?");
-            screen += &expect(s, "How do you respond?");
-            send(s, ENTER);
-            screen += &expect(s, "Approve the outline");
-            send(s, "y");
+            screen += &approve_outline(s);
             screen += &expect(s, "Generated small report with approved outline.");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 0, "{screen}");
@@ -131,13 +120,9 @@ async fn a_client_killed_mid_task_is_picked_up_by_tasks_resume() {
     let (screen, code) = fx
         .pty(&["tasks", "resume"], move |s| {
             let mut screen = expect(s, &format!("Resuming task {id} (generate_report)."));
-            screen += &expect(s, "How do you respond?");
-            send(s, ENTER);
-            screen += &expect(s, "Approve the outline");
-            send(s, "y");
+            screen += &approve_outline(s);
             screen += &expect(s, "Generated large report with approved outline.");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 0, "{screen}");
@@ -152,21 +137,16 @@ async fn ctrl_c_cancels_the_task_or_detaches_from_it() {
     let (screen, code) = fx
         .pty(&["call", "slow_compute", "--arg", "seconds=60"], |s| {
             let mut screen = expect_regex(s, r"Computing job: [1-9] of 60 s");
-            s.send_control('c').expect("Ctrl-C");
-            screen += &expect(s, "Ctrl-C: what about task");
-            screen += &expect(s, "Keep waiting");
+            screen += &ctrl_c(s);
             // Keep waiting: the status line comes back, and the next Ctrl-C asks again.
             send(s, DOWN);
             send(s, DOWN);
             send(s, ENTER);
             screen += &expect_regex(s, r"Computing job: [1-9]+ of 60 s");
-            s.send_control('c').expect("Ctrl-C");
-            screen += &expect(s, "Ctrl-C: what about task");
-            screen += &expect(s, "Keep waiting");
+            screen += &ctrl_c(s);
             send(s, ENTER);
             screen += &expect(s, "was cancelled");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 4, "{screen}");
@@ -175,13 +155,11 @@ async fn ctrl_c_cancels_the_task_or_detaches_from_it() {
     let (screen, code) = fx
         .pty(&["call", "slow_compute", "--arg", "seconds=60"], |s| {
             let mut screen = expect_regex(s, r"Computing job: [0-9] of 60 s");
-            s.send_control('c').expect("Ctrl-C");
-            screen += &expect(s, "Keep waiting");
+            screen += &ctrl_c(s);
             send(s, DOWN);
             send(s, ENTER);
             screen += &expect(s, "Detached from task");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 6, "{screen}");
@@ -205,16 +183,27 @@ async fn ctrl_c_cancels_the_task_or_detaches_from_it() {
             // Ctrl-C reaches a prompt as a key once it reads the terminal (raw mode),
             // an instant after it is drawn.
             std::thread::sleep(Duration::from_millis(300));
-            s.send_control('c').expect("Ctrl-C");
-            screen += &expect(s, "Ctrl-C: what about task");
-            screen += &expect(s, "Keep waiting");
+            screen += &ctrl_c(s);
             send(s, ENTER);
             screen += &expect(s, "was cancelled");
-            let (rest, code) = exit_code(s);
-            (screen + &rest, code)
+            to_exit(s, screen)
         })
         .await;
     assert_eq!(code, 4, "{screen}");
     assert!(fx.state_ids().is_empty(), "{screen}");
     fx.stop().await;
+}
+
+/// Answers generate_report's outline approval: answer it, then yes.
+fn approve_outline(s: &mut PtySession) -> String {
+    let screen = respond(s) + &expect(s, "Approve the outline");
+    send(s, "y");
+    screen
+}
+
+/// Presses Ctrl-C while the client waits, and waits for the choice it offers.
+fn ctrl_c(s: &mut PtySession) -> String {
+    s.send_control('c').expect("Ctrl-C");
+    let screen = expect(s, "Ctrl-C: what about task");
+    screen + &expect(s, "Keep waiting")
 }

@@ -18,9 +18,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::OnceCell;
 
-use crate::harness::{Replica, TestDb, Worker, registry};
+use crate::harness::{self, Replica, TestDb, Worker, registry};
 use proxy::{Hop, Proxy};
 
 /// The folder holding `tests/clients/`.
@@ -28,26 +27,9 @@ fn clients_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
 }
 
-/// The installed libraries (`<cache>/ts/node_modules`, `<cache>/py`), installed once per
-/// test process; the setup script itself is safe across processes.
-async fn installed() -> &'static Path {
-    static CACHE: OnceCell<PathBuf> = OnceCell::const_new();
-    CACHE
-        .get_or_init(|| async {
-            let script = clients_dir().join("setup");
-            let out = tokio::process::Command::new(&script)
-                .stderr(Stdio::inherit())
-                .output()
-                .await
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-            assert!(
-                out.status.success(),
-                "{} failed (it needs Node with npm and Python 3 with venv, and the npm and PyPI registries)",
-                script.display()
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        })
-        .await
+/// The installed libraries (`<cache>/ts/node_modules`, `<cache>/py`).
+async fn installed() -> PathBuf {
+    harness::installed("clients/setup").await
 }
 
 /// Two replicas sharing one state key and one database, a worker, and the proxy.

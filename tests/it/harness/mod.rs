@@ -1,14 +1,16 @@
 //! The test app: fresh databases, in-process replicas and workers built from the real
 //! crates (and [`TestApp`], which brings up several of them on one database), one HTTP
 //! helper for raw requests ([`http`]: reqwest, bare TCP, the router in process, SSE), one
-//! helper for real `mcp-tasks` processes with a scrubbed environment ([`procs`]), and
-//! fixture builders for the usual set-ups ([`fixtures`], [`jwt`]).
+//! helper for real `mcp-tasks` processes with a scrubbed environment ([`procs`]), on-demand
+//! installs of third-party programs ([`installed`]), and fixture builders for the usual
+//! set-ups ([`fixtures`], [`jwt`]).
 
 pub(crate) mod app;
 mod container;
 pub(crate) mod db;
 pub(crate) mod fixtures;
 pub(crate) mod http;
+mod install;
 pub(crate) mod jwt;
 pub(crate) mod oauth_as;
 pub(crate) mod procs;
@@ -26,6 +28,7 @@ use serde_json::Value;
 
 pub(crate) use app::TestApp;
 pub(crate) use db::TestDb;
+pub(crate) use install::installed;
 pub(crate) use replica::{Replica, Worker};
 
 pub(crate) fn server_info() -> Implementation {

@@ -3,11 +3,13 @@
 
 use std::time::Duration;
 
-use mcp_tasks_server::StateKeys;
+use mcp_tasks_server::{ServerConfig, StateKeys};
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
+use sqlx::PgConnection;
 
 use super::{Session, answer, http, initialize_body, post};
+use crate::harness::replica::state_keys;
 use crate::harness::{Replica, TestDb, eventually, registry, server_config};
 
 const VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -205,10 +207,7 @@ async fn any_replica_serves_a_session_and_refuses_what_is_not_one() {
     not_found("ended, on B", &on_b.rpc(9, "ping", json!({})).await);
     assert_eq!(s.delete().await, StatusCode::NOT_FOUND);
     let mut conn = db.sql().await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM session_revocations")
-        .fetch_one(&mut conn)
-        .await
-        .expect("count");
+    let rows = count(&mut conn, "SELECT count(*) FROM session_revocations").await;
     assert_eq!(rows, 1);
 
     for r in [a, b, other_key] {
@@ -221,13 +220,7 @@ async fn ended_sessions_are_bounded_per_principal() {
     let db = TestDb::new().await;
     let mut config = server_config();
     config.max_session_revocations = 3;
-    let replica = Replica::start_with(
-        &db.store,
-        registry("conformance"),
-        config,
-        StateKeys::parse(&"ab".repeat(32)).expect("key"),
-    )
-    .await;
+    let replica = conformance_replica(&db, config).await;
     let mut sessions = Vec::new();
     for _ in 0..6 {
         sessions.push(Session::open(&replica.url, "2025-11-25", json!({}), "alice").await);
@@ -237,11 +230,11 @@ async fn ended_sessions_are_bounded_per_principal() {
     for (i, s) in sessions.iter().take(3).enumerate() {
         assert_eq!(s.delete().await, StatusCode::NO_CONTENT, "session {i}");
     }
-    let rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM session_revocations WHERE session <> '*'")
-            .fetch_one(&mut conn)
-            .await
-            .expect("count");
+    let rows = count(
+        &mut conn,
+        "SELECT count(*) FROM session_revocations WHERE session <> '*'",
+    )
+    .await;
     assert_eq!(rows, 3, "one row per ended session, up to the limit");
     assert_eq!(
         sessions[4].rpc(1, "ping", json!({})).await.status,
@@ -279,13 +272,7 @@ async fn sessions_expire_and_maintenance_forgets_their_ends() {
     let db = TestDb::new().await;
     let mut config = server_config();
     config.session_ttl = Duration::from_secs(3);
-    let replica = Replica::start_with(
-        &db.store,
-        registry("conformance"),
-        config,
-        StateKeys::parse(&"ab".repeat(32)).expect("key"),
-    )
-    .await;
+    let replica = conformance_replica(&db, config).await;
     let ended = Session::open(&replica.url, "2025-06-18", json!({}), "alice").await;
     let s = Session::open(&replica.url, "2025-06-18", json!({}), "alice").await;
     assert_eq!(ended.delete().await, StatusCode::NO_CONTENT);
@@ -294,10 +281,7 @@ async fn sessions_expire_and_maintenance_forgets_their_ends() {
     })
     .await;
     let mut conn = db.sql().await;
-    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM session_revocations")
-        .fetch_one(&mut conn)
-        .await
-        .expect("count");
+    let before = count(&mut conn, "SELECT count(*) FROM session_revocations").await;
     let forgotten = eventually(
         Duration::from_secs(30),
         "the revocation to lapse",
@@ -308,10 +292,7 @@ async fn sessions_expire_and_maintenance_forgets_their_ends() {
     )
     .await;
     assert_eq!(i64::try_from(forgotten).unwrap_or(-1), before);
-    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM session_revocations")
-        .fetch_one(&mut conn)
-        .await
-        .expect("count");
+    let after = count(&mut conn, "SELECT count(*) FROM session_revocations").await;
     assert_eq!(after, 0);
     replica.stop().await;
 }
@@ -343,42 +324,14 @@ async fn errors_take_the_2025_form_and_2026_requests_keep_theirs() {
         let e = old.error(2, method, json!({ "taskId": "x" }), 200).await;
         assert_eq!(e["code"], -32601, "2025-06-18 has no {method}: {e}");
     }
-    let e = new
-        .error(
-            3,
-            "tools/call",
-            json!({ "name": "nope", "arguments": {} }),
-            200,
-        )
-        .await;
+    let e = call_error(&new, 3, "nope", json!({})).await;
     assert_eq!(e["code"], -32602, "{e}");
-    let e = new
-        .error(
-            4,
-            "tools/call",
-            json!({ "name": "greet", "arguments": { "name": 5 } }),
-            200,
-        )
-        .await;
+    let e = call_error(&new, 4, "greet", json!({ "name": 5 })).await;
     assert_eq!(e["code"], -32602, "{e}");
     // A task-required tool without a task; a sync-only one with a task.
-    let e = new
-        .error(
-            5,
-            "tools/call",
-            json!({ "name": "failing_job", "arguments": {} }),
-            200,
-        )
-        .await;
+    let e = call_error(&new, 5, "failing_job", json!({})).await;
     assert_eq!(e["code"], -32601, "{e}");
-    let e = old
-        .error(
-            6,
-            "tools/call",
-            json!({ "name": "failing_job", "arguments": {} }),
-            200,
-        )
-        .await;
+    let e = call_error(&old, 6, "failing_job", json!({})).await;
     assert!(
         e["message"]
             .as_str()
@@ -395,32 +348,15 @@ async fn errors_take_the_2025_form_and_2026_requests_keep_theirs() {
         .await;
     assert_eq!(e["code"], -32601, "{e}");
     // A tool that asks for input before any task exists cannot run in a session.
-    let e = new
-        .error(
-            8,
-            "tools/call",
-            json!({ "name": "test_tool_with_task", "arguments": {} }),
-            200,
-        )
-        .await;
+    let e = call_error(&new, 8, "test_tool_with_task", json!({})).await;
     assert_eq!(e["code"], -32600, "{e}");
-    let e = old
-        .error(
-            9,
-            "tools/call",
-            json!({ "name": "test_tool_with_task", "arguments": {} }),
-            200,
-        )
-        .await;
+    let e = call_error(&old, 9, "test_tool_with_task", json!({})).await;
     assert_eq!(
         e["code"], -32021,
         "and without elicitation it could not even be asked: {e}"
     );
     let mut conn = db.sql().await;
-    let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks")
-        .fetch_one(&mut conn)
-        .await
-        .expect("count");
+    let tasks = count(&mut conn, "SELECT count(*) FROM tasks").await;
     assert_eq!(tasks, 0, "none of these created a task");
 
     // The 2025-11-25 tasks methods are not 2026-07-28 methods.
@@ -443,4 +379,28 @@ async fn errors_take_the_2025_form_and_2026_requests_keep_theirs() {
         assert_eq!(a.body["error"]["code"], -32601, "{method}: {}", a.body);
     }
     replica.stop().await;
+}
+
+/// A replica of the conformance pack on `db` with `config`, and the usual state keys.
+async fn conformance_replica(db: &TestDb, config: ServerConfig) -> Replica {
+    Replica::start_with(&db.store, registry("conformance"), config, state_keys()).await
+}
+
+/// The one number `sql` (a `SELECT count(*)`) answers.
+async fn count(conn: &mut PgConnection, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The JSON-RPC error (in an HTTP 200: the session lives on) of a `tools/call` in `s`.
+async fn call_error(s: &Session, id: i64, tool: &str, arguments: Value) -> Value {
+    s.error(
+        id,
+        "tools/call",
+        json!({ "name": tool, "arguments": arguments }),
+        200,
+    )
+    .await
 }

@@ -12,36 +12,18 @@ mod fastmcp_input;
 mod official;
 mod routing;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_tasks_client::Client;
 use serde_json::Value;
-use tokio::sync::OnceCell;
 
-use crate::harness::TestDb;
 use crate::harness::procs::Proc;
+use crate::harness::{self, TestDb};
 
-/// The installed servers' folder (`node_modules/`, `py/`), installed once per test process.
-async fn installed() -> &'static Path {
-    static CACHE: OnceCell<PathBuf> = OnceCell::const_new();
-    CACHE
-        .get_or_init(|| async {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams/setup");
-            let out = tokio::process::Command::new(&script)
-                .stderr(Stdio::inherit())
-                .output()
-                .await
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-            assert!(
-                out.status.success(),
-                "{} failed (it needs Node with npm, Python 3 with venv, and the registries)",
-                script.display()
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        })
-        .await
+/// The installed servers' folder (`node_modules/`, `py/`).
+async fn installed() -> PathBuf {
+    harness::installed("upstreams/setup").await
 }
 
 /// `node <server-everything> <mode>` as an argv for the configuration file.

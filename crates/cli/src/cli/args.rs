@@ -1,6 +1,6 @@
-//! What several subcommands share: the database and pool flags, the tools (packs, the
-//! configuration file's upstreams, an `App`'s own), and the
-//! `serverInfo` replicas and workers report.
+//! What several subcommands share: the server endpoint clients talk to, the database and
+//! pool flags, the tools (packs, the configuration file's upstreams, an `App`'s own), and
+//! the `serverInfo` replicas and workers report.
 
 use std::time::Duration;
 
@@ -11,6 +11,18 @@ use mcp_tasks_tools::{LiveRegistry, Registry};
 use mcp_tasks_upstream::{Config, Options as UpstreamOptions, Upstreams};
 use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_wire::secret::Secret;
+
+/// The MCP server a client command talks to.
+#[derive(Debug, Args)]
+pub(super) struct Endpoint {
+    /// The server's MCP endpoint.
+    #[arg(
+        long,
+        env = "MCP_TASKS_URL",
+        default_value = "http://127.0.0.1:8080/mcp"
+    )]
+    pub(super) url: String,
+}
 
 #[derive(Debug, Args)]
 pub(super) struct Database {

@@ -2,20 +2,17 @@
 
 use clap::Args;
 
+use super::args::Endpoint;
+
 #[derive(Debug, Args)]
 pub(super) struct DemoCommand {
-    /// The server's MCP endpoint.
-    #[arg(
-        long,
-        env = "MCP_TASKS_URL",
-        default_value = "http://127.0.0.1:8080/mcp"
-    )]
-    url: String,
+    #[command(flatten)]
+    endpoint: Endpoint,
 }
 
 pub(super) async fn run(command: DemoCommand) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     let mut log = std::io::stderr();
-    mcp_tasks_client::run_demo(&command.url, &mut out, &mut log).await?;
+    mcp_tasks_client::run_demo(&command.endpoint.url, &mut out, &mut log).await?;
     Ok(())
 }

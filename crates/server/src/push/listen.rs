@@ -7,12 +7,11 @@
 //! A client that cannot keep up sees only the latest snapshot of each task.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::convert::Infallible;
 
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::stream::{self, BoxStream, SelectAll, StreamExt};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::response::sse::Event;
+use futures::stream::{BoxStream, SelectAll, StreamExt};
 use mcp_tasks_store::{Owner, TaskId};
 use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
 use mcp_tasks_wire::listen as wire_listen;
@@ -25,6 +24,7 @@ use crate::AppState;
 use crate::error::RpcError;
 use crate::push::hub::{Snapshot, Watcher};
 use crate::push::streams::StreamPermit;
+use crate::sse::{self, EventSource, frame};
 
 pub(crate) async fn listen(
     state: &AppState,
@@ -102,13 +102,7 @@ pub(crate) async fn listen(
     let end = RpcResponse::result(id.clone(), Value::Object(result)).to_json();
 
     let body = ListenStream::new(watchers, sub_id, ack, end, state.shutdown().clone(), permit);
-    let sse = Sse::new(body.into_stream())
-        .keep_alive(KeepAlive::new().interval(state.config().keep_alive));
-    let mut response = sse.into_response();
-    let headers = response.headers_mut();
-    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    Ok(sse::response(state, body))
 }
 
 struct ListenStream {
@@ -153,16 +147,9 @@ impl ListenStream {
             _permit: permit,
         }
     }
+}
 
-    fn into_stream(
-        self,
-    ) -> impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static {
-        stream::unfold(self, |mut s| async move {
-            let event = s.next_event().await?;
-            Some((Ok(event), s))
-        })
-    }
-
+impl EventSource for ListenStream {
     async fn next_event(&mut self) -> Option<Event> {
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -185,7 +172,9 @@ impl ListenStream {
             }
         }
     }
+}
 
+impl ListenStream {
     fn on_update(&mut self, id: TaskId, snapshot: Snapshot) {
         match snapshot {
             Snapshot::Loading => {}
@@ -209,9 +198,4 @@ impl ListenStream {
             }
         }
     }
-}
-
-/// One SSE event carrying one JSON-RPC message on a single `data:` line.
-fn frame(message: &Value) -> Event {
-    Event::default().data(message.to_string())
 }

@@ -12,12 +12,9 @@
 //! - at last, the response: the tool's result or the task's error.
 
 use std::collections::{HashSet, VecDeque};
-use std::convert::Infallible;
 
-use axum::http::HeaderValue;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::stream;
+use axum::response::Response;
+use axum::response::sse::Event;
 use mcp_tasks_store::{Owner, TaskId};
 use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
 use mcp_tasks_wire::{ErrorObject, RequestId, TaskStatus, codes};
@@ -32,6 +29,7 @@ use crate::AppState;
 use crate::error::RpcError;
 use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
 use crate::request_state::owner_digest;
+use crate::sse::{self, EventSource, frame};
 use crate::tools_call::CancelOnDrop;
 
 /// What the stream answers.
@@ -84,13 +82,7 @@ pub(crate) async fn open(
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
         drain_deadline: None,
     };
-    let sse = Sse::new(body.into_stream())
-        .keep_alive(KeepAlive::new().interval(state.config().keep_alive));
-    let mut response = sse.into_response();
-    let headers = response.headers_mut();
-    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    Ok(sse::response(state, body))
 }
 
 struct WaitStream {
@@ -114,16 +106,7 @@ struct WaitStream {
     drain_deadline: Option<tokio::time::Instant>,
 }
 
-impl WaitStream {
-    fn into_stream(
-        self,
-    ) -> impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static {
-        stream::unfold(self, |mut s| async move {
-            let event = s.next_event().await?;
-            Some((Ok(event), s))
-        })
-    }
-
+impl EventSource for WaitStream {
     async fn next_event(&mut self) -> Option<Event> {
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -172,7 +155,9 @@ impl WaitStream {
             }
         }
     }
+}
 
+impl WaitStream {
     fn on_snapshot(&mut self, task: &TaskSnapshot) {
         let detailed = &task.detailed;
         let message = detailed
@@ -315,9 +300,4 @@ fn unanswerable(revision: Revision, method: &str) -> ErrorObject {
         format!("This tool needs input ({method}) the client cannot provide: {why}"),
         json!({ capability: {} }),
     )
-}
-
-/// One SSE event carrying one JSON-RPC message.
-fn frame(message: &Value) -> Event {
-    Event::default().data(message.to_string())
 }

@@ -22,6 +22,7 @@ use self::output::{EXIT_CODES, Exit, outln, print_json};
 use self::prompt::PromptError;
 use self::state::{Entry, State};
 pub(super) use self::tasks::TasksCommand;
+use super::args::Endpoint;
 
 #[derive(Debug, Subcommand)]
 pub(super) enum ClientCommand {
@@ -40,13 +41,8 @@ pub(super) enum ClientCommand {
 /// The server and the local state every client command uses.
 #[derive(Debug, Args)]
 pub(super) struct Server {
-    /// The server's MCP endpoint.
-    #[arg(
-        long,
-        env = "MCP_TASKS_URL",
-        default_value = "http://127.0.0.1:8080/mcp"
-    )]
-    url: String,
+    #[command(flatten)]
+    endpoint: Endpoint,
     /// Bearer token sent with every request.
     #[arg(long, env = "MCP_TASKS_TOKEN", hide_env_values = true)]
     token: Option<Secret>,
@@ -95,13 +91,13 @@ pub(super) struct Session {
 
 impl Session {
     fn open(server: &Server, json: bool) -> anyhow::Result<Self> {
-        let mut client = Client::with_tasks(&server.url);
+        let mut client = Client::with_tasks(&server.endpoint.url);
         if let Some(token) = &server.token {
             client = client.bearer(token.expose());
         }
         Ok(Self {
             client,
-            url: server.url.clone(),
+            url: server.endpoint.url.clone(),
             state: server
                 .state_file
                 .clone()
