@@ -10,6 +10,7 @@ mod attempts;
 mod end_reasons;
 mod events;
 mod expiry;
+mod held_input;
 mod hot_paths;
 mod input_keys;
 mod isolation;
