@@ -53,7 +53,7 @@ async fn a_held_request_keeps_the_lease_until_answered() {
             .is_empty()
     );
     let beats = store
-        .heartbeat(&[c.lease.clone()], 60_000)
+        .heartbeat(std::slice::from_ref(&c.lease), 60_000)
         .await
         .expect("heartbeat");
     assert_eq!(beats.len(), 1, "the heartbeat kept the lease");
@@ -182,7 +182,7 @@ async fn cancelling_a_held_request_reaches_its_run() {
     let cancel = store.cancel_task(&owner, id).await.expect("cancel");
     assert_eq!(cancel, Lookup::Found(CancelOutcome::Requested));
     let beats = store
-        .heartbeat(&[c.lease.clone()], 60_000)
+        .heartbeat(std::slice::from_ref(&c.lease), 60_000)
         .await
         .expect("heartbeat");
     assert!(beats[0].cancel_requested, "the heartbeat tells the run");
