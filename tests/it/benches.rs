@@ -69,3 +69,25 @@ fn push_reports_latency_memory_and_ratios() {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
 }
+
+#[test]
+fn console_reports_every_page_beside_its_baseline_and_every_plan() {
+    let out = run(&["bench", "console", "--short"]);
+    for line in [
+        "console: loaded 20000 tasks",
+        "console baseline (new connection + statement)",
+        "console list ",
+        "console task page",
+        "console inbox",
+        "console health",
+        "console plan principal health percentiles",
+        "console plan admin     list ",
+        "target: every console page renders from a cold start",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("SEQUENTIAL SCAN"),
+        "a page scans the table:\n{out}"
+    );
+}

@@ -11,6 +11,8 @@
 //! - `oauth`, `oauth_suite`: the client's OAuth against a real authorization server
 //!   (oidc-provider) and against the conformance suite's own servers.
 //! - `cli`: the command-line client in a pseudo-terminal and in scripts.
+//! - `console`: the web console over HTTP (sign-in, access, CSRF, actions, live updates)
+//!   and in a real browser (chromium over WebDriver).
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
 //!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
@@ -21,6 +23,7 @@ mod benches;
 mod cli;
 mod clients;
 mod connections;
+mod console;
 mod harness;
 mod oauth;
 mod oauth_suite;

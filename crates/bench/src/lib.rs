@@ -2,6 +2,7 @@
 //! same run, because the machines they run on are shared and noisy.
 
 mod baseline;
+mod console;
 mod lifecycle;
 mod load;
 pub mod notify_cost;

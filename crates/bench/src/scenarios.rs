@@ -1,4 +1,4 @@
-//! `mcp-tasks bench create | get | lifecycle | pickup | scale | efficiency`: the service's
+//! `mcp-tasks bench create | get | lifecycle | pickup | scale | efficiency | console`: the service's
 //! hot paths over HTTP, each beside the same statements issued raw in the same run, as
 //! ratios (the machines these run on are shared, so only ratios compare across runs).
 
@@ -39,16 +39,18 @@ pub enum Scenario {
     Pickup,
     Scale,
     Efficiency,
+    Console,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Create,
         Self::Get,
         Self::Lifecycle,
         Self::Pickup,
         Self::Scale,
         Self::Efficiency,
+        Self::Console,
     ];
 }
 
@@ -132,6 +134,7 @@ pub async fn run(scenario: Scenario, config: &Config, out: &mut dyn Write) -> an
         Scenario::Pickup => crate::lifecycle::pickup(&env, out).await,
         Scenario::Scale => crate::scale::scale(&env, out).await,
         Scenario::Efficiency => crate::lifecycle::efficiency(&env, out).await,
+        Scenario::Console => crate::console::console(&env, out).await,
     };
     let stopped = env.stop().await;
     result.and(stopped)
@@ -140,10 +143,10 @@ pub async fn run(scenario: Scenario, config: &Config, out: &mut dyn Write) -> an
 /// Every scenario, one after the other.
 pub async fn run_all(config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
     for scenario in Scenario::ALL {
-        if scenario == Scenario::Scale && config.url.is_some() {
+        if matches!(scenario, Scenario::Scale | Scenario::Console) && config.url.is_some() {
             writeln!(
                 out,
-                "scale: skipped (it bulk-loads the database; not with --url)"
+                "{scenario:?}: skipped (it bulk-loads the database; not with --url)"
             )?;
             continue;
         }

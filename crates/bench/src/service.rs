@@ -81,6 +81,33 @@ impl Child {
         ))
     }
 
+    /// A replica with the web console on, on `database_url`; with its `http://…/mcp` URL.
+    pub(crate) async fn start_console_replica(
+        binary: &Path,
+        database_url: &str,
+    ) -> anyhow::Result<(Self, String)> {
+        let (replica, addr) = Self::start(
+            binary,
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tools",
+                "conformance",
+                "--console",
+            ],
+            &[
+                ("DATABASE_URL", database_url),
+                ("MCP_TASKS_RATE_LIMIT", "0"),
+            ],
+            Some("listening on http://"),
+        )
+        .await?;
+        let addr = addr.unwrap_or_default();
+        let addr = addr.split("/mcp").next().unwrap_or_default();
+        Ok((replica, format!("http://{addr}/mcp")))
+    }
+
     pub(crate) async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;

@@ -101,6 +101,8 @@ pub struct ServerConfig {
     pub protected_resource: Option<crate::ProtectedResource>,
     /// The process's metrics, served on `GET /metrics`; `None` answers 404 there.
     pub metrics: Option<mcp_tasks_observe::Metrics>,
+    /// The web console at `/console`; `None` leaves it unserved (404).
+    pub console: Option<crate::ConsoleConfig>,
 }
 
 impl ServerConfig {
@@ -132,6 +134,7 @@ impl ServerConfig {
             rate_limit: Some(crate::RateLimit::default()),
             connections: crate::ConnectionConfig::default(),
             metrics: None,
+            console: None,
         }
     }
 }

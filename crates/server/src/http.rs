@@ -21,7 +21,8 @@ use crate::error::RpcError;
 use crate::{AppState, dispatch, session};
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let console = state.config().console.is_some();
+    let router = Router::new()
         .route("/mcp", any(mcp))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -33,8 +34,13 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/.well-known/oauth-protected-resource/{*path}",
             get(resource_metadata),
-        )
-        .with_state(state)
+        );
+    let router = if console {
+        router.merge(crate::console::routes(state.clone()))
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 /// RFC 9728 protected-resource metadata: where clients get tokens for this server.
@@ -220,7 +226,9 @@ async fn serve_mcp(
         return response;
     }
 
-    if let Err(reason) = check_host_and_origin(&state, &headers) {
+    if let Err(reason) =
+        crate::origin::check_host_and_origin(&state.config().allowed_hosts, &headers)
+    {
         tracing::warn!(%reason, "request refused: host or origin not allowed");
         return json_response(
             StatusCode::FORBIDDEN,
@@ -406,7 +414,9 @@ fn error_response(id: Option<&RequestId>, e: RpcError) -> Response {
 
 /// `DELETE` with an `Mcp-Session-Id`: the same checks as a POST, then the session ends.
 async fn delete_session(state: &AppState, headers: &HeaderMap) -> Response {
-    if let Err(reason) = check_host_and_origin(state, headers) {
+    if let Err(reason) =
+        crate::origin::check_host_and_origin(&state.config().allowed_hosts, headers)
+    {
         tracing::warn!(%reason, "request refused: host or origin not allowed");
         return json_response(
             StatusCode::FORBIDDEN,
@@ -502,53 +512,6 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// DNS-rebinding defence: the `Host` must be one this replica answers to, and an
-/// `Origin`, when a browser sends one, must name an allowed host too.
-fn check_host_and_origin(state: &AppState, headers: &HeaderMap) -> Result<(), String> {
-    let allowed = &state.config().allowed_hosts;
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(host_without_port);
-    match &host {
-        Some(h) if allowed.allows(h) => {}
-        Some(h) => return Err(format!("Host {h:?} is not allowed")),
-        None if matches!(allowed, crate::AllowedHosts::Any) => {}
-        None => return Err("a Host header is required".into()),
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin
-            .to_str()
-            .map_err(|_| "Origin is not valid ASCII".to_owned())?;
-        if origin == "null" {
-            return Err("an opaque (null) Origin is not allowed".into());
-        }
-        let origin_host = origin
-            .split_once("://")
-            .map(|(_, rest)| host_without_port(rest))
-            .ok_or_else(|| format!("Origin {origin:?} is not a valid origin"))?;
-        let ok = match allowed {
-            crate::AllowedHosts::Any => host.as_deref() == Some(origin_host.as_str()),
-            list => list.allows(&origin_host),
-        };
-        if !ok {
-            return Err(format!("Origin {origin:?} is not allowed"));
-        }
-    }
-    Ok(())
-}
-
-/// `example.com:8080` → `example.com`; `[::1]:80` → `::1`.
-fn host_without_port(authority: &str) -> String {
-    let authority = authority.split('/').next().unwrap_or_default().trim();
-    let host = if let Some(rest) = authority.strip_prefix('[') {
-        rest.split(']').next().unwrap_or_default()
-    } else {
-        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
-    };
-    host.to_ascii_lowercase()
-}
-
 fn error_body(id: Option<&RequestId>, error: &ErrorObject) -> Value {
     jsonrpc::Response::error(id.cloned(), error.clone()).to_json()
 }
@@ -561,17 +524,4 @@ fn json_response(status: StatusCode, body: Value) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_without_port;
-
-    #[test]
-    fn strips_ports() {
-        assert_eq!(host_without_port("Example.com:8080"), "example.com");
-        assert_eq!(host_without_port("[::1]:80"), "::1");
-        assert_eq!(host_without_port("[::1]"), "::1");
-        assert_eq!(host_without_port("localhost"), "localhost");
-    }
 }

@@ -14,12 +14,14 @@ mod auth;
 mod catalog;
 mod config;
 mod conn;
+mod console;
 mod dispatch;
 mod error;
 mod http;
 mod legacy;
 mod limits;
 mod mrtr;
+mod origin;
 mod params;
 mod push;
 mod reply;
@@ -47,6 +49,7 @@ pub use auth::{
 pub use config::{AllowedHosts, ServerConfig};
 pub use conn::serve;
 pub use conn::settings::{ConnectionConfig, ConnectionLimit};
+pub use console::{AdminClaim, ConsoleConfig};
 pub use http::router;
 pub use limits::RateLimit;
 pub use push::HubConfig;
@@ -69,6 +72,8 @@ struct Inner {
     waker: Waker,
     streams: Arc<StreamCounts>,
     rate: Option<RateLimiter>,
+    /// What the console learnt of the OAuth authorization server (see `console::oauth`).
+    console_oauth: console::OAuthCache,
     background: Background,
 }
 
@@ -137,6 +142,7 @@ impl AppState {
                 waker,
                 streams: Arc::new(StreamCounts::default()),
                 rate: config_rate.map(RateLimiter::new),
+                console_oauth: console::OAuthCache::default(),
                 background,
             }),
         }
@@ -149,6 +155,10 @@ impl AppState {
     /// Tells the workers there is work (coalesced).
     fn wake_workers(&self) {
         self.inner.waker.wake();
+    }
+
+    fn console_oauth(&self) -> &console::OAuthCache {
+        &self.inner.console_oauth
     }
 
     fn rate_limiter(&self) -> Option<&RateLimiter> {

@@ -5,15 +5,16 @@
 
 use mcp_tasks_store::Owner;
 use mcp_tasks_tools::InputRequests;
+use mcp_tasks_wire::ErrorObject;
 use mcp_tasks_wire::RequestMeta;
 use mcp_tasks_wire::results::input_required_result;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::AppState;
 use crate::answers::gather_for_round;
 use crate::error::RpcError;
 use crate::request_state::{RequestState, StateKind, owner_digest, value_digest};
-use crate::tools_call::{ensure_client_can_answer, millis, now_ms};
 
 /// One round of a request that may ask for input before it is answered.
 pub(crate) struct Round<'a> {
@@ -135,4 +136,47 @@ pub(crate) fn sign(
 /// A `requestState` this request cannot use, and why.
 pub(crate) fn invalid(why: &str) -> RpcError {
     RpcError::invalid_params(format!("invalid requestState: {why}"))
+}
+
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
+/// A server must not ask for input of a kind the client did not declare.
+pub(crate) fn ensure_client_can_answer(
+    meta: &RequestMeta,
+    requests: &Map<String, Value>,
+) -> Result<(), RpcError> {
+    let mut missing = Map::new();
+    for request in requests.values() {
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !meta
+            .client_capabilities
+            .can_answer(method, request.get("params"))
+        {
+            let capability = match method {
+                "sampling/createMessage" => "sampling",
+                "roots/list" => "roots",
+                _ => "elicitation",
+            };
+            missing.insert(capability.into(), json!({}));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(RpcError::method(ErrorObject::missing_capability(
+            "This request needs input the client did not declare it can provide",
+            Value::Object(missing),
+        )))
+    }
 }

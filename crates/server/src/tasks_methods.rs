@@ -3,7 +3,7 @@
 //! Each acts only within the caller's tenant and principal. A task of someone else is
 //! never read, so it gets exactly the answer an id that never existed gets.
 
-use mcp_tasks_store::{CancelOutcome, Owner};
+use mcp_tasks_store::{CancelOutcome, Owner, TaskId};
 use mcp_tasks_wire::{ErrorObject, RequestMeta};
 use serde_json::{Map, Value, json};
 
@@ -54,14 +54,24 @@ pub(crate) async fn handle(
             Ok(ack())
         }
         TaskMethod::Cancel => {
-            let outcome = found(store.cancel_task(owner, id).await?)?;
-            tracing::info!(task = %id, ?outcome, "cancel");
-            if outcome == CancelOutcome::Requested {
-                tracing::debug!(task = %id, "running task flagged; its worker will stop it");
-            }
+            cancel(state, owner, id).await?;
             Ok(ack())
         }
     }
+}
+
+/// Cancels task `id` of `owner`: `tasks/cancel`, and the console's cancel button.
+pub(crate) async fn cancel(
+    state: &AppState,
+    owner: &Owner,
+    id: TaskId,
+) -> Result<CancelOutcome, RpcError> {
+    let outcome = found(state.store().cancel_task(owner, id).await?)?;
+    tracing::info!(task = %id, ?outcome, "cancel");
+    if outcome == CancelOutcome::Requested {
+        tracing::debug!(task = %id, "running task flagged; its worker will stop it");
+    }
+    Ok(outcome)
 }
 
 fn ack() -> Map<String, Value> {

@@ -8,8 +8,6 @@
 //!   replica waits for its result (bounded) so the client gets an ordinary answer;
 //! - a task-required tool called without the extension is refused with `-32021`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, TaskRecord};
 use mcp_tasks_tools::{ExecutionPolicy, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::results::input_required_result;
@@ -20,7 +18,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use crate::AppState;
 use crate::answers::apply_params_to_task;
 use crate::error::RpcError;
-use crate::mrtr::{self, Earlier, Round};
+use crate::mrtr::{self, Earlier, Round, ensure_client_can_answer, millis};
 use crate::params::{parse_task_id, refuse_larger, refuse_nul, string_param};
 use crate::push::hub::Snapshot;
 use crate::request_state::{StateKind, value_digest};
@@ -229,16 +227,6 @@ fn merge(into: &mut Map<String, Value>, add: Value) {
     }
 }
 
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, millis)
-}
-
 /// The part of the client's capabilities that says what input it can give, kept with
 /// the task for a run that asks for input while holding it (an upstream's request).
 fn input_capabilities(caps: &mcp_tasks_wire::ClientCapabilities) -> Value {
@@ -249,39 +237,6 @@ fn input_capabilities(caps: &mcp_tasks_wire::ClientCapabilities) -> Value {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
     )
-}
-
-/// A server must not ask for input of a kind the client did not declare.
-pub(crate) fn ensure_client_can_answer(
-    meta: &RequestMeta,
-    requests: &Map<String, Value>,
-) -> Result<(), RpcError> {
-    let mut missing = Map::new();
-    for request in requests.values() {
-        let method = request
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if !meta
-            .client_capabilities
-            .can_answer(method, request.get("params"))
-        {
-            let capability = match method {
-                "sampling/createMessage" => "sampling",
-                "roots/list" => "roots",
-                _ => "elicitation",
-            };
-            missing.insert(capability.into(), json!({}));
-        }
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(RpcError::method(ErrorObject::missing_capability(
-            "This request needs input the client did not declare it can provide",
-            Value::Object(missing),
-        )))
-    }
 }
 
 /// Runs a sync-only tool inside this replica.

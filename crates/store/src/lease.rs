@@ -210,6 +210,11 @@ impl Store {
                 -- Out of the queue's index; leased rows are found by tasks_leased.
                 run_after = NULL,
                 attempt = t.attempt + 1,
+                -- The run's claim, for its history (the row is rewritten here anyway).
+                claimed_at = now(),
+                claimed_by = $1,
+                pickup_ms = least(greatest(
+                    EXTRACT(EPOCH FROM now() - c.runnable_since) * 1000, 0), 2147483647)::integer,
                 status_message = CASE WHEN t.attempt = 0 THEN $4
                     ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
                 updated_at = now(),

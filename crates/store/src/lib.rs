@@ -14,6 +14,7 @@
 
 mod batch;
 mod client_ops;
+mod console;
 mod create;
 mod events;
 mod held_input;
@@ -25,6 +26,7 @@ mod queue;
 mod record;
 mod sessions;
 mod stats;
+mod tenant_read;
 mod watch;
 
 use std::sync::Arc;
@@ -34,6 +36,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
 pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
+pub use console::{
+    COUNT_LIMIT, HISTORY_LIMIT, Health, HistoryEvent, HistoryKind, LapseCounts, PercentileBucket,
+    QUEUE_COUNT_LIMIT, QueryPlan, RUNNING_LIMIT, RunningTask, SAMPLES_PER_BUCKET, SCAN_LIMIT,
+    Scope, StatusCount, TaskFilter, TaskPage, TaskSummary, WorkerLoad,
+};
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};

@@ -50,8 +50,8 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Deletes finished tasks whose ttlMs has passed, leaving a tombstone so their owner
-    /// is told "expired" rather than "not found".
+    /// Deletes finished tasks whose ttlMs has passed, and their history, leaving a
+    /// tombstone so their owner is told "expired" rather than "not found".
     #[tracing::instrument(name = "db.maintenance.purge", skip_all, err(level = "debug"))]
     pub async fn purge_expired(&self, limit: i64) -> Result<u64> {
         let done = sqlx::query(
@@ -67,6 +67,10 @@ impl Store {
                 DELETE FROM tasks t USING due d
                 WHERE t.tenant = d.tenant AND t.principal = d.principal AND t.id = d.id
                 RETURNING t.tenant, t.principal, t.id
+            ),
+            -- History goes with its task (ids are unique, so the id alone finds it).
+            history AS (
+                DELETE FROM task_events e USING gone g WHERE e.id = g.id
             )
             INSERT INTO task_tombstones (tenant, principal, id)
             SELECT tenant, principal, id FROM gone

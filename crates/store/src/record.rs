@@ -79,7 +79,7 @@ pub(crate) struct TaskRow {
 }
 
 /// The codes of `tasks.end_reason` (the migration's CHECK constraint lists the same).
-fn end_reason(code: &str) -> Option<EndReason> {
+pub(crate) fn end_reason(code: &str) -> Option<EndReason> {
     Some(match code {
         "cancelled_by_client" => EndReason::CancelledByClient,
         "expired" => EndReason::Expired,

@@ -7,6 +7,7 @@
 //! check instead of failing it; waiting for a state always goes through `eventually`.
 
 mod attempts;
+mod console;
 mod end_reasons;
 mod events;
 mod expiry;

@@ -40,6 +40,9 @@ pub(super) enum Bench {
     Scale(Scenario),
     /// Commits and WAL bytes per task, dead tuples and table size after a run.
     Efficiency(Scenario),
+    /// The web console's pages from a cold start (a new replica each) with 100,000 tasks
+    /// in the table, beside a raw primary-key select and index read; and their plans.
+    Console(Scenario),
     /// Every scenario above, in turn.
     All(Scenario),
     /// Push latency (commit to frame at the client) with many concurrent listen streams,
@@ -99,6 +102,7 @@ pub(super) async fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Pickup(s) => scenarios::run(S::Pickup, &scenario_config(s)?, out).await,
         Bench::Scale(s) => scenarios::run(S::Scale, &scenario_config(s)?, out).await,
         Bench::Efficiency(s) => scenarios::run(S::Efficiency, &scenario_config(s)?, out).await,
+        Bench::Console(s) => scenarios::run(S::Console, &scenario_config(s)?, out).await,
         Bench::All(s) => scenarios::run_all(&scenario_config(s)?, out).await,
         Bench::Push {
             database_url,

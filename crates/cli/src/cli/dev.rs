@@ -26,9 +26,11 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
     let DevCommand {
         database,
         tools,
-        server,
+        mut server,
         worker,
     } = command;
+    // The console is on in dev unless turned off.
+    server.console.by_default = true;
     let tools = tools.load().await?;
     let registry = tools.registry.clone();
     let throwaway;

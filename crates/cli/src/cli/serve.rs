@@ -7,7 +7,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use mcp_tasks_observe::Metrics;
 use mcp_tasks_server::{
-    AllowedHosts, AppState, ConnectionConfig, RateLimit, ServerConfig, StateKeys,
+    AdminClaim, AllowedHosts, AppState, ConnectionConfig, ConsoleConfig, RateLimit, ServerConfig,
+    StateKeys,
 };
 use mcp_tasks_store::Store;
 use mcp_tasks_tools::LiveRegistry;
@@ -113,6 +114,38 @@ pub(super) struct ServerArgs {
     connections: ConnectionArgs,
     #[command(flatten)]
     auth: AuthArgs,
+    #[command(flatten)]
+    pub(super) console: ConsoleArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
+}
+
+/// The web console at /console.
+#[derive(Debug, Args)]
+pub(super) struct ConsoleArgs {
+    /// Serve the web console at /console: `on` or `off` (`--console` alone is `on`)
+    /// [default: off with serve, on with dev].
+    #[arg(long = "console", env = "MCP_TASKS_CONSOLE", value_enum, num_args = 0..=1, default_missing_value = "on")]
+    switch: Option<Switch>,
+    /// The claim that makes a principal an admin of its tenant in the console (sees every
+    /// task of its tenant, never others' arguments or results): `NAME=VALUE` (the claim
+    /// is that string, or an array holding it) or `NAME` (the claim is `true`).
+    #[arg(long = "console-admin-claim", env = "MCP_TASKS_CONSOLE_ADMIN_CLAIM", value_parser = AdminClaim::parse)]
+    admin_claim: Option<AdminClaim>,
+    /// The console's OAuth client id at the authorization server; when unset, the console
+    /// registers itself there (RFC 7591).
+    #[arg(
+        long = "console-oauth-client-id",
+        env = "MCP_TASKS_CONSOLE_OAUTH_CLIENT_ID"
+    )]
+    oauth_client_id: Option<String>,
+    /// Whether the console is on when neither flag nor variable says (set by `dev`).
+    #[arg(skip)]
+    pub(super) by_default: bool,
 }
 
 /// Connection-level timeouts and limits: what keeps slow, idle and excess clients from
@@ -187,6 +220,15 @@ impl ServerArgs {
             burst: self.rate_burst.max(1.0),
         });
         c.connections = self.connections.config();
+        let console = self
+            .console
+            .switch
+            .map_or(self.console.by_default, |s| s == Switch::On);
+        c.console = console.then(|| ConsoleConfig {
+            admin_claim: self.console.admin_claim.clone(),
+            secure_cookies: !self.listen.ip().is_loopback(),
+            oauth_client_id: self.console.oauth_client_id.clone(),
+        });
         c
     }
 
@@ -244,6 +286,9 @@ pub(super) async fn serve(
         max_connections = limit.max_connections,
         "listening on http://{addr}/mcp"
     );
+    if state.config().console.is_some() {
+        tracing::info!("web console on http://{addr}/console");
+    }
     if !addr.ip().is_loopback() && matches!(args.config().allowed_hosts, AllowedHosts::Any) {
         tracing::warn!(
             "listening beyond loopback with any Host allowed; set MCP_TASKS_ALLOWED_HOSTS to the names clients use"

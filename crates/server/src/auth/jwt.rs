@@ -200,6 +200,10 @@ impl JwtAuth {
     }
 
     async fn verify(&self, token: &str) -> Result<Owner, AuthError> {
+        self.verify_claims(token).await.map(|(owner, _)| owner)
+    }
+
+    async fn verify_claims(&self, token: &str) -> Result<(Owner, Map<String, Value>), AuthError> {
         let invalid = |why: &str| AuthError::Invalid(why.to_owned());
         let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("malformed token"))?;
         let allowed = match self.config.keys {
@@ -245,7 +249,10 @@ impl JwtAuth {
         let mut last = None;
         for key in &keys {
             match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
-                Ok(data) => return self.owner(&data.claims),
+                Ok(data) => {
+                    let owner = self.owner(&data.claims)?;
+                    return Ok((owner, data.claims));
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -278,26 +285,42 @@ impl JwtAuth {
     }
 }
 
+/// The bearer token of an `Authorization` header.
+fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or(AuthError::Missing)?
+        .to_str()
+        .map_err(|_| AuthError::Invalid("malformed Authorization header".into()))?;
+    // Credentials of another scheme are no bearer token at all (RFC 6750 §3.1:
+    // the challenge then carries no error code).
+    let Some((scheme, token)) = value.split_once(' ') else {
+        return Err(AuthError::Missing);
+    };
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::Missing);
+    }
+    Ok(token.trim())
+}
+
 impl Authenticator for JwtAuth {
     fn authenticate<'a>(
         &'a self,
         headers: &'a HeaderMap,
     ) -> BoxFuture<'a, Result<Owner, AuthError>> {
+        Box::pin(async move { self.verify(bearer(headers)?).await })
+    }
+
+    fn identify<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> BoxFuture<'a, Result<super::Identity, AuthError>> {
         Box::pin(async move {
-            let value = headers
-                .get(header::AUTHORIZATION)
-                .ok_or(AuthError::Missing)?
-                .to_str()
-                .map_err(|_| AuthError::Invalid("malformed Authorization header".into()))?;
-            // Credentials of another scheme are no bearer token at all (RFC 6750 §3.1:
-            // the challenge then carries no error code).
-            let Some((scheme, token)) = value.split_once(' ') else {
-                return Err(AuthError::Missing);
-            };
-            if !scheme.eq_ignore_ascii_case("bearer") {
-                return Err(AuthError::Missing);
-            }
-            self.verify(token.trim()).await
+            let (owner, claims) = self.verify_claims(bearer(headers)?).await?;
+            Ok(super::Identity {
+                owner,
+                claims: Some(claims),
+            })
         })
     }
 }

@@ -23,6 +23,28 @@ pub trait Authenticator: Send + Sync + 'static {
         &'a self,
         headers: &'a HeaderMap,
     ) -> BoxFuture<'a, Result<Owner, AuthError>>;
+
+    /// The owner and, when the credentials carry any, their verified claims (the
+    /// console's admin claim is read from them). Without claims of its own, an
+    /// authenticator's callers carry none.
+    fn identify<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> BoxFuture<'a, Result<Identity, AuthError>> {
+        Box::pin(async move {
+            Ok(Identity {
+                owner: self.authenticate(headers).await?,
+                claims: None,
+            })
+        })
+    }
+}
+
+/// Who a caller is, with the claims its token was verified with.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub owner: Owner,
+    pub claims: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// No authentication: one tenant, one anonymous principal. For local use only.

@@ -15,14 +15,14 @@
 //! statuses of errors.
 
 mod call;
-mod context;
+pub(crate) mod context;
 mod initialize;
 mod responses;
 mod revision;
 mod shapes;
 mod stream;
 mod tasks;
-mod token;
+pub(crate) mod token;
 
 use std::future::Future;
 

@@ -1,0 +1,193 @@
+//! `GET /console/health`: the claimable queue (depth, oldest), pickup delay and run
+//! duration percentiles per tool over the last hour as server-drawn SVG plots (with the
+//! figures in a table beside them), lapsed leases and crash recoveries, and the workers
+//! holding tasks with what they run. An admin sees its tenant's figures; anyone else
+//! those of its own tasks. The browser reloads the page every few seconds (`Refresh`).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::get;
+use maud::{Markup, html};
+use mcp_tasks_store::{Health, PercentileBucket};
+
+use super::list::{count_text, scope};
+use super::session::Viewer;
+use super::{layout, timeline};
+use crate::AppState;
+
+const WINDOW: Duration = Duration::from_secs(3600);
+const BUCKETS: u32 = 12;
+const REFRESH: &str = "15";
+/// Running tasks listed per worker.
+const RUNNING_SHOWN: usize = 20;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/console/health", get(page))
+}
+
+async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
+    let scope = scope(&viewer, "");
+    let health = match state.store().console_health(&scope, WINDOW, BUCKETS).await {
+        Ok(h) => h,
+        Err(e) => return layout::store_error(e),
+    };
+    let whose = if viewer.is_admin {
+        "tenant"
+    } else {
+        "own tasks"
+    };
+    let body = html! {
+        h1 { "Health" }
+        p { "Figures for your " (whose) ", over the last hour." }
+        (figures(&health))
+        h2 { "Pickup delay" }
+        p { "From claimable to claimed, of the tasks created in each five minutes that have finished; p50, p90 and p99 per tool." }
+        (plot("plot-pickup", &health, |b| b.pickup_ms))
+        h2 { "Run duration" }
+        p { "From the claim to the finish." }
+        (plot("plot-duration", &health, |b| b.run_ms))
+        (percentile_table(&health))
+        h2 { "Workers" }
+        (workers(&health))
+    };
+    let mut response = layout::respond(StatusCode::OK, layout::page(&viewer, "Health", body));
+    response
+        .headers_mut()
+        .insert("refresh", HeaderValue::from_static(REFRESH));
+    response
+}
+
+fn ms_text(ms: f64) -> String {
+    if ms >= 10_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+fn figures(h: &Health) -> Markup {
+    html! {
+        table #health-figures {
+            tr { th { "Queue depth" } td #queue-depth { (count_text(h.queue_depth, h.queue_depth_at_least)) } }
+            tr { th { "Oldest claimable" } td #oldest-claimable {
+                @match h.oldest_claimable {
+                    Some(age) => (ms_text(age.as_secs_f64() * 1000.0)),
+                    None => "none waiting",
+                }
+            } }
+            tr { th { "Lease lapses" } td #lease-lapses { (h.lapses.total()) } }
+            tr { th { "Crash recoveries" } td #crash-recoveries {
+                (h.lapses.reclaimed) " re-run, " (h.lapses.failed) " failed after their last attempt, "
+                (h.lapses.cancelled) " cancelled"
+            } }
+        }
+    }
+}
+
+const COLORS: [&str; 6] = [
+    "#0969da", "#bf3989", "#1a7f37", "#9a6700", "#8250df", "#cf222e",
+];
+const W: f64 = 640.0;
+const H: f64 = 200.0;
+const PAD: f64 = 40.0;
+
+/// One plot: a line per tool and percentile (p50 solid, p90 dashed, p99 dotted) over
+/// the window's buckets; y from 0 to the largest figure.
+fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> Markup {
+    let mut tools: Vec<&str> = h.percentiles.iter().map(|b| b.tool.as_str()).collect();
+    tools.sort_unstable();
+    tools.dedup();
+    let max = h
+        .percentiles
+        .iter()
+        .flat_map(&value)
+        .fold(0.0_f64, f64::max)
+        .max(1.0);
+    let start = time::OffsetDateTime::now_utc() - WINDOW;
+    let bucket_s = h.bucket.as_secs_f64().max(1.0);
+    let x = |b: &PercentileBucket| {
+        let i = ((b.start - start).as_seconds_f64() / bucket_s)
+            .round()
+            .clamp(0.0, f64::from(BUCKETS - 1));
+        PAD + i * (W - 2.0 * PAD) / f64::from((BUCKETS - 1).max(1))
+    };
+    let y = |v: f64| H - PAD / 2.0 - v / max * (H - PAD);
+    let dashes = ["", "6 3", "2 3"];
+    html! {
+        svg class="plot" id=(id) viewBox={ "0 0 " (W) " " (H) } width=(W) height=(H) role="img" {
+            title { (id) }
+            line x1=(PAD) y1=(y(0.0)) x2=(W - PAD) y2=(y(0.0)) stroke="#888" {}
+            line x1=(PAD) y1=(y(0.0)) x2=(PAD) y2=(y(max)) stroke="#888" {}
+            text x="2" y=(y(max) + 4.0) font-size="10" { (ms_text(max)) }
+            text x="2" y=(y(0.0)) font-size="10" { "0" }
+            text x=(PAD) y=(H - 2.0) font-size="10" { "-60 min" }
+            text x=(W - PAD - 20.0) y=(H - 2.0) font-size="10" { "now" }
+            @if tools.is_empty() {
+                text x=(W / 2.0 - 60.0) y=(H / 2.0) font-size="12" { "no finished tasks" }
+            }
+            @for (t, tool) in tools.iter().enumerate() {
+                @let color = COLORS[t % COLORS.len()];
+                @let points: Vec<&PercentileBucket> = h.percentiles.iter().filter(|b| b.tool == *tool).collect();
+                @for (p, dash) in dashes.iter().enumerate() {
+                    polyline fill="none" stroke=(color) stroke-dasharray=(dash) data-tool=(tool)
+                        points=(points.iter().map(|b| format!("{:.1},{:.1}", x(b), y(value(b)[p]))).collect::<Vec<_>>().join(" ")) {}
+                }
+                text x=(W - PAD + 4.0) y=(14.0 + 12.0 * t as f64) font-size="10" fill=(color) { (tool) }
+            }
+        }
+    }
+}
+
+fn percentile_table(h: &Health) -> Markup {
+    html! {
+        table #percentiles {
+            thead { tr {
+                th { "From" } th { "Tool" } th { "Tasks" }
+                th { "Pickup p50 / p90 / p99" } th { "Run p50 / p90 / p99" }
+            } }
+            tbody {
+                @for b in &h.percentiles {
+                    tr data-tool=(b.tool) {
+                        td { (timeline::when(b.start)) }
+                        td { (b.tool) }
+                        td { (b.samples) }
+                        td { (b.pickup_ms.map(ms_text).join(" / ")) }
+                        td { (b.run_ms.map(ms_text).join(" / ")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn workers(h: &Health) -> Markup {
+    html! {
+        p { "Workers holding live leases on these tasks." }
+        ul #workers {
+            @if h.workers.is_empty() {
+                li .none { "No worker holds any of these tasks now." }
+            }
+            @for w in &h.workers {
+                li data-worker=(w.worker) {
+                    strong { (w.worker) } ": " (w.running.len()) " running"
+                    ul {
+                        @for r in w.running.iter().take(RUNNING_SHOWN) {
+                            li data-task-id=(r.id) {
+                                a href={ "/console/tasks/" (r.id) } { code { (r.id) } }
+                                " " (r.tool) " (attempt " (r.attempt) ", lease until "
+                                (timeline::when(r.lease_expires_at)) ")"
+                            }
+                        }
+                        @if w.running.len() > RUNNING_SHOWN {
+                            li { "and " (w.running.len() - RUNNING_SHOWN) " more" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

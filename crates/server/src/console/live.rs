@@ -1,0 +1,116 @@
+//! `GET /console/tasks/{id}/events`: the task page's live part, as SSE.
+//!
+//! The page registers a watch on its task with the replica's push hub, exactly as a
+//! `subscriptions/listen` stream does (so the task's changes NOTIFY, and whichever
+//! replica serves the page hears them), and each new version goes out as one event:
+//! the status, the message, and the pending input already rendered for this viewer.
+//! The stream ends after the task's final state. Streams count against the principal's
+//! limit of open streams on this replica, like listen streams.
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::response::sse::Event;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_stream::wrappers::WatchStream;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::session::Viewer;
+use super::{layout, task};
+use crate::AppState;
+use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
+use crate::push::streams::StreamPermit;
+use crate::sse::{self, EventSource};
+
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+) -> Response {
+    let task = match task::load(&state, &viewer, &id).await {
+        Ok(task) => task,
+        Err(response) => return response,
+    };
+    let Some(permit) = state
+        .streams()
+        .try_open(&viewer.owner, state.config().max_streams_per_principal)
+    else {
+        return layout::too_many_requests();
+    };
+    // Subscribed as the task's owner: the hub keys watches by owner, and `load` has
+    // just checked that this viewer may see it.
+    let watchers = match state.hub().subscribe(&task.owner, &[task.id]).await {
+        Ok(w) => w,
+        Err(e) => return layout::store_error(e),
+    };
+    let Some(watcher) = watchers.into_iter().next() else {
+        return layout::not_found(&viewer);
+    };
+    let source = LiveTask {
+        updates: WatchStream::new(watcher.rx.clone()),
+        owner: viewer.is_owner(&task),
+        id: task.id.to_string(),
+        viewer,
+        done: false,
+        shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
+        _watcher: watcher,
+        _permit: permit,
+    };
+    sse::response(&state, source)
+}
+
+/// One viewer's stream of one task: each new version, up to and including the final one.
+struct LiveTask {
+    updates: WatchStream<Snapshot>,
+    viewer: Viewer,
+    owner: bool,
+    id: String,
+    done: bool,
+    shutdown: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
+    _watcher: Watcher,
+    _permit: StreamPermit,
+}
+
+impl LiveTask {
+    /// What the page puts in place: status, message, the pending input rendered for this
+    /// viewer, and (for the owner) the result.
+    fn render(&self, snap: &TaskSnapshot) -> Value {
+        let detailed = &snap.detailed;
+        let keys: Vec<&str> = detailed
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .map(|r| r.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        json!({
+            "status": snap.status.as_str(),
+            "message": detailed.get("statusMessage"),
+            "keys": keys.join(" "),
+            "inputs": task::inputs(&self.viewer, self.owner, &self.id, detailed).into_string(),
+            "result": self.owner.then(|| task::result(detailed).into_string()),
+            "terminal": snap.status.is_terminal(),
+        })
+    }
+}
+
+impl EventSource for LiveTask {
+    async fn next_event(&mut self) -> Option<Event> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let snapshot = tokio::select! {
+                snapshot = self.updates.next() => snapshot?,
+                () = self.shutdown.as_mut() => return None,
+            };
+            match snapshot {
+                Snapshot::Loading => {}
+                // Deleted: nothing more will come (a reconnect gets the 404 page).
+                Snapshot::Gone => return None,
+                Snapshot::Task(snap) => {
+                    self.done = snap.status.is_terminal();
+                    return Some(sse::frame(&self.render(&snap)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The web console at `/console`: tasks, a task (live), the inbox of input waiting for
+//! the signed-in principal, and queue health, served by every replica from PostgreSQL.
+//!
+//! Pages are rendered on the server with `maud` (compile-time checked, escaped by
+//! default) and are complete without JavaScript: reading works with scripts off, a
+//! reload shows the current state, and every action is a plain form POST answered with
+//! 303 back to the page. The only script is a few inline lines on the task page that
+//! follow `GET /console/tasks/{id}/events` (SSE, from the same push hub as the
+//! `subscriptions/listen` streams) and put the new status, message and input forms in
+//! place. That is all the live part needs, so neither htmx nor any other library is
+//! shipped: nothing to vendor, pin or build, and the Content-Security-Policy allows that
+//! one script by its hash and nothing else.
+//!
+//! Access follows the API's rules (`session`): the API's authenticator verifies the
+//! session's bearer token on every request, a principal sees its own tasks, an admin
+//! (`ConsoleConfig::admin_claim`) its whole tenant, and a task it cannot see answers the
+//! same 404 as an id that never existed. Every POST carries the session's CSRF token and
+//! no foreign `Origin`.
+//!
+//! `list`, `inbox` and `health` are the other pages; they use [`session::Viewer`] and
+//! [`layout::page`] like the task page does.
+
+mod actions;
+mod config;
+mod extract;
+mod form;
+mod health;
+mod inbox;
+mod layout;
+mod list;
+mod live;
+mod oauth;
+mod provider;
+mod schema_form;
+mod script;
+pub(crate) mod session;
+mod signin;
+mod task;
+mod timeline;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+
+pub use config::{AdminClaim, ConsoleConfig};
+pub(crate) use provider::OAuthCache;
+
+/// The console's routes, all under `/console`.
+pub(crate) fn routes(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/console", get(home))
+        .route("/console/", get(home))
+        .route("/console/signin", get(signin::page).post(signin::submit))
+        .route("/console/signout", post(signin::signout))
+        .route("/console/oauth/start", get(oauth::start))
+        .route("/console/oauth/callback", get(oauth::callback))
+        .route("/console/tasks/{id}", get(task::page))
+        .route("/console/tasks/{id}/events", get(live::events))
+        .route("/console/tasks/{id}/cancel", post(actions::cancel))
+        .route("/console/tasks/{id}/answer", post(actions::answer))
+        .merge(list::routes())
+        .merge(inbox::routes())
+        .merge(health::routes())
+        .layer(middleware::from_fn_with_state(state, guard))
+}
+
+/// `GET /console`: the tasks, or the sign-in page for a request without a viewer.
+async fn home(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    match session::Viewer::resolve(&state, &headers).await {
+        Ok(_) => Redirect::to("/console/tasks").into_response(),
+        Err(_) => Redirect::to("/console/signin").into_response(),
+    }
+}
+
+/// Every console request: the API's Host/Origin check (DNS rebinding), and for anything
+/// but a read, no cross-site request at all (`Origin` must name this very host, and a
+/// browser's `Sec-Fetch-Site` must not say cross-site). Then headers that keep pages out
+/// of frames, caches and referrers.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Err(reason) =
+        crate::origin::check_host_and_origin(&state.config().allowed_hosts, headers)
+    {
+        tracing::warn!(%reason, "console request refused: host or origin not allowed");
+        return layout::forbidden(&reason);
+    }
+    let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+    if !reads && let Err(reason) = same_origin(headers) {
+        tracing::info!(%reason, "console action refused");
+        return layout::forbidden(reason);
+    }
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, csp());
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser's form posts carry
+    // `Origin: null`, which the origin check (rightly) refuses, so no form would work.
+    // Other sites still get no referrer.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// An action's `Origin`, when sent, is this host's; `Sec-Fetch-Site`, when sent, is not
+/// `cross-site` (nor `same-site`: another subdomain is another party).
+fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), &'static str> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin
+            .to_str()
+            .map_err(|_| "the Origin header is not valid")?;
+        let authority = origin
+            .split_once("://")
+            .map(|(_, rest)| rest.trim_end_matches('/').to_ascii_lowercase());
+        if authority.is_none() || authority != host {
+            return Err("the request comes from another origin");
+        }
+    }
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && matches!(site, "cross-site" | "same-site")
+    {
+        return Err("the request comes from another site");
+    }
+    Ok(())
+}
+
+/// Scripts: only the task page's own inline one, by hash.
+fn csp() -> HeaderValue {
+    static VALUE: std::sync::OnceLock<HeaderValue> = std::sync::OnceLock::new();
+    VALUE
+        .get_or_init(|| {
+            let hash = base64::engine::general_purpose::STANDARD
+                .encode(Sha256::digest(script::SCRIPT.as_bytes()));
+            let policy = format!(
+                "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{hash}'; \
+                 connect-src 'self'; img-src 'self' data:; form-action 'self'; \
+                 frame-ancestors 'none'; base-uri 'none'"
+            );
+            HeaderValue::from_str(&policy)
+                .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'"))
+        })
+        .clone()
+}

@@ -1,0 +1,294 @@
+//! Who is looking at the console: the session cookie, its CSRF token, and the [`Viewer`]
+//! every page and action is served to.
+//!
+//! Replicas keep nothing, so the session lives in its cookie (`mcp_tasks_console`),
+//! sealed with the state keys every replica shares (as 2025-era session ids are): the
+//! bearer token the viewer signed in with (none with `--auth none`), a random nonce, and
+//! an expiry. The cookie is signed, not encrypted: it holds nothing its holder does not
+//! already have, and it is `HttpOnly`, so no script reads it. Every request verifies the
+//! token again with the API's own authenticator, so an expired or foreign token never
+//! gets further than it would on `/mcp`. The CSRF token of a session is the nonce sealed
+//! under another prefix: only this service can make it, and it fits one session only.
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
+use mcp_tasks_store::{Owner, Revocation, StoreError, TaskRecord};
+use serde::{Deserialize, Serialize};
+
+use super::config::ConsoleConfig;
+use crate::AppState;
+use crate::auth::AuthError;
+use crate::session::context::time_of;
+
+pub(crate) const COOKIE: &str = "mcp_tasks_console";
+const SESSION_PREFIX: &str = "mcpc1.";
+const CSRF_PREFIX: &str = "mcpx1.";
+/// Browsers keep cookies of up to about 4 KiB.
+pub(crate) const MAX_COOKIE_BYTES: usize = 4000;
+/// Longest bearer token a session can carry (what fits in the cookie once sealed).
+pub(crate) const MAX_TOKEN_BYTES: usize = 2800;
+
+/// What the session cookie carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Session {
+    /// The bearer token; `None` before sign-in, and with an authenticator that needs none.
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
+    #[serde(rename = "n")]
+    pub(crate) nonce: String,
+    /// Unix milliseconds.
+    #[serde(rename = "i")]
+    pub(crate) issued_ms: i64,
+    #[serde(rename = "x")]
+    pub(crate) expires_ms: i64,
+}
+
+/// The console's settings (the console is served only when they are set).
+pub(crate) fn settings(state: &AppState) -> Option<&ConsoleConfig> {
+    state.config().console.as_ref()
+}
+
+pub(crate) fn now_ms() -> i64 {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+    i64::try_from(now).unwrap_or(i64::MAX)
+}
+
+impl Session {
+    /// A new session (a new nonce, so a new CSRF token) lasting the configured session time.
+    pub(crate) fn new(state: &AppState, token: Option<String>) -> Self {
+        let ttl = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        Self {
+            token,
+            nonce: crate::session::token::nonce(),
+            issued_ms: now,
+            expires_ms: now.saturating_add(ttl),
+        }
+    }
+
+    /// The session of a request, when its cookie is one this service sealed and unexpired.
+    pub(crate) fn from_headers(state: &AppState, headers: &HeaderMap) -> Option<Self> {
+        let value = cookie(headers, COOKIE)?;
+        let json = state
+            .state_keys()
+            .open(SESSION_PREFIX, value, MAX_COOKIE_BYTES)?;
+        let session: Self = serde_json::from_slice(&json).ok()?;
+        (session.expires_ms > now_ms()).then_some(session)
+    }
+
+    /// The session's name among revocations (apart from those of 2025-era sessions).
+    pub(crate) fn revocation_name(&self) -> String {
+        format!("console.{}", self.nonce)
+    }
+
+    /// Ends the session for every replica (sign-out), until it would have expired.
+    pub(crate) async fn revoke(&self, state: &AppState, owner: &Owner) -> Result<(), StoreError> {
+        let ttl_ms = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
+        state
+            .store()
+            .revoke_session(
+                owner,
+                &Revocation {
+                    session: &self.revocation_name(),
+                    expires_at: time_of(self.expires_ms),
+                    session_ttl_ms: ttl_ms,
+                    max_per_owner: state.config().max_session_revocations,
+                },
+            )
+            .await
+    }
+
+    pub(crate) fn csrf(&self, state: &AppState) -> String {
+        state.state_keys().seal(CSRF_PREFIX, self.nonce.as_bytes())
+    }
+
+    /// Whether `token` is this session's CSRF token.
+    pub(crate) fn csrf_matches(&self, state: &AppState, token: &str) -> bool {
+        state
+            .state_keys()
+            .open(CSRF_PREFIX, token, 256)
+            .is_some_and(|nonce| nonce == self.nonce.as_bytes())
+    }
+
+    /// `Set-Cookie` for this session.
+    pub(crate) fn set_cookie(&self, state: &AppState) -> HeaderValue {
+        let sealed = state.state_keys().seal(
+            SESSION_PREFIX,
+            &serde_json::to_vec(self).unwrap_or_default(),
+        );
+        let max_age = (self.expires_ms - now_ms()).max(0) / 1000;
+        cookie_header(state, COOKIE, &sealed, "/console", max_age, "Strict")
+    }
+}
+
+/// `Set-Cookie` that deletes the session.
+pub(crate) fn clear_cookie(state: &AppState) -> HeaderValue {
+    cookie_header(state, COOKIE, "", "/console", 0, "Strict")
+}
+
+pub(crate) fn cookie_header(
+    state: &AppState,
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: i64,
+    same_site: &str,
+) -> HeaderValue {
+    let secure = if settings(state).is_some_and(|c| c.secure_cookies) {
+        "; Secure"
+    } else {
+        ""
+    };
+    let text = format!(
+        "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite={same_site}{secure}"
+    );
+    // Sealed values are base64url and dots: always a valid header value.
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid=1"))
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Whoever a console page is served to: signed in (or, with an authenticator that needs
+/// no token, simply there), verified by the API's authenticator on this very request.
+#[derive(Debug, Clone)]
+pub(crate) struct Viewer {
+    pub(crate) owner: Owner,
+    /// Sees every task of its tenant (status and timeline; never others' arguments,
+    /// answers or results).
+    pub(crate) is_admin: bool,
+    pub(crate) session: Session,
+    pub(crate) csrf: String,
+}
+
+impl Viewer {
+    /// Whether the viewer may see this task at all: its own, or any of its tenant's as an
+    /// admin. Never another tenant's.
+    pub(crate) fn can_see(&self, task: &TaskRecord) -> bool {
+        task.owner.tenant == self.owner.tenant && (self.is_owner(task) || self.is_admin)
+    }
+
+    /// Whether the task is the viewer's own: only then are its arguments, answers and
+    /// result shown, and only then can it be answered.
+    pub(crate) fn is_owner(&self, task: &TaskRecord) -> bool {
+        task.owner == self.owner
+    }
+
+    /// Who the viewer is, for the layout's header.
+    pub(crate) fn label(&self) -> String {
+        let role = if self.is_admin { " (admin)" } else { "" };
+        format!("{} / {}{role}", self.owner.tenant, self.owner.principal)
+    }
+
+    /// Resolves the viewer of a request: `Err` with why there is none.
+    pub(crate) async fn resolve(state: &AppState, headers: &HeaderMap) -> Result<Self, NoViewer> {
+        let session = Session::from_headers(state, headers).ok_or(NoViewer::NoSession)?;
+        Self::with_session(state, headers, session).await
+    }
+
+    /// The viewer `session` makes of a request.
+    pub(crate) async fn with_session(
+        state: &AppState,
+        headers: &HeaderMap,
+        session: Session,
+    ) -> Result<Self, NoViewer> {
+        // The API's own authenticator sees the request as it came, with the session's
+        // token as its credentials (and no other).
+        let mut credentials = headers.clone();
+        credentials.remove(header::AUTHORIZATION);
+        credentials.remove(header::COOKIE);
+        if let Some(token) = &session.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| NoViewer::Refused(AuthError::Invalid("malformed token".into())))?;
+            credentials.insert(header::AUTHORIZATION, value);
+        }
+        let identity = state
+            .auth()
+            .identify(&credentials)
+            .await
+            .map_err(NoViewer::Refused)?;
+        let is_admin = match (
+            settings(state).and_then(|c| c.admin_claim.as_ref()),
+            &identity.claims,
+        ) {
+            (Some(claim), Some(claims)) => claim.holds(claims),
+            _ => false,
+        };
+        if let Some(limiter) = state.rate_limiter()
+            && limiter
+                .check(&identity.owner, std::time::Instant::now())
+                .is_err()
+        {
+            return Err(NoViewer::RateLimited);
+        }
+        // Signed out (on whichever replica): the session is over even if its token is not.
+        let revoked = state
+            .store()
+            .session_revoked(
+                &identity.owner,
+                &session.revocation_name(),
+                time_of(session.issued_ms),
+            )
+            .await
+            .map_err(|e| NoViewer::Store(e.is_unavailable()))?;
+        if revoked {
+            return Err(NoViewer::Refused(AuthError::Invalid("signed out".into())));
+        }
+        let csrf = session.csrf(state);
+        Ok(Self {
+            owner: identity.owner,
+            is_admin,
+            session,
+            csrf,
+        })
+    }
+
+    /// Whether `token` (a form's `csrf` field) is this session's.
+    pub(crate) fn csrf_matches(&self, state: &AppState, token: Option<&str>) -> bool {
+        token.is_some_and(|t| self.session.csrf_matches(state, t))
+    }
+}
+
+/// Why a request has no viewer.
+#[derive(Debug)]
+pub(crate) enum NoViewer {
+    NoSession,
+    Refused(AuthError),
+    RateLimited,
+    /// The store could not say whether the session was ended (`true`: unreachable).
+    Store(bool),
+}
+
+/// A new session for `token` once the API's authenticator accepts it, set on the answer
+/// `then()` makes; `Err` says why the token was refused.
+pub(crate) async fn sign_in(
+    state: &AppState,
+    headers: &HeaderMap,
+    token: String,
+    then: impl FnOnce() -> Response,
+) -> Result<Response, String> {
+    let session = Session::new(state, Some(token));
+    match Viewer::with_session(state, headers, session.clone()).await {
+        Ok(viewer) => {
+            tracing::info!(tenant = %viewer.owner.tenant, principal = %viewer.owner.principal, admin = viewer.is_admin, "console: signed in");
+            let mut response = then();
+            response
+                .headers_mut()
+                .insert(header::SET_COOKIE, session.set_cookie(state));
+            Ok(response)
+        }
+        Err(NoViewer::Refused(e)) => Err(format!("the token was refused: {e}")),
+        Err(NoViewer::RateLimited) => Err("too many requests; wait a moment".into()),
+        Err(NoViewer::NoSession) => Err("no session".into()),
+        Err(NoViewer::Store(_)) => Err("the task store is unavailable; try again".into()),
+    }
+}
