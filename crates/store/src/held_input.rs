@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::lease::{BindLease, fenced};
+use crate::fence::{BindLease, fenced};
 use crate::{DbResult, Lease, Result, Store};
 
 /// What [`Store::ask_held`] did.

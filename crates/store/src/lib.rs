@@ -17,6 +17,7 @@ mod client_ops;
 mod console;
 mod create;
 mod events;
+mod fence;
 mod held_input;
 mod lease;
 mod listing;
