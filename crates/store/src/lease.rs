@@ -3,58 +3,12 @@
 
 use mcp_tasks_wire::{ErrorObject, service_messages};
 use serde_json::{Map, Value};
-use sqlx::Postgres;
-use sqlx::postgres::PgArguments;
 use time::OffsetDateTime;
 
 use crate::client_ops::finish_columns;
+use crate::fence::{BindLease, fenced};
 use crate::record::{TaskRow, task_columns};
 use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
-
-/// The guard on every worker write: the same lease (token), still held and working.
-///
-/// A lease that lapsed is not checked here: every claim bumps the token, so a lapsed
-/// lease that nobody claimed since is still the only one (after a database outage its
-/// worker takes it back and goes on), and one that somebody claimed can never write
-/// again. Expiry, rescue and cancellation all change the status, which fences them too.
-macro_rules! fenced {
-    () => {
-        "tenant = $1 AND principal = $2 AND id = $3 AND lease_token = $4
-         AND status = 'working' AND lease_owner IS NOT NULL"
-    };
-}
-
-/// Binds `$1..$4` of a [`fenced!`] statement: the lease's owner, task and token.
-trait BindLease<'q>: Sized {
-    fn bind_lease(self, lease: &'q Lease) -> Self;
-}
-
-macro_rules! impl_bind_lease {
-    ($($ty:ty),*) => {$(
-        impl<'q, O> BindLease<'q> for $ty {
-            fn bind_lease(self, lease: &'q Lease) -> Self {
-                self.bind(&lease.owner.tenant)
-                    .bind(&lease.owner.principal)
-                    .bind(lease.id.0)
-                    .bind(lease.token)
-            }
-        }
-    )*};
-}
-
-impl_bind_lease!(
-    sqlx::query::QueryAs<'q, Postgres, O, PgArguments>,
-    sqlx::query::QueryScalar<'q, Postgres, O, PgArguments>
-);
-
-impl<'q> BindLease<'q> for sqlx::query::Query<'q, Postgres, PgArguments> {
-    fn bind_lease(self, lease: &'q Lease) -> Self {
-        self.bind(&lease.owner.tenant)
-            .bind(&lease.owner.principal)
-            .bind(lease.id.0)
-            .bind(lease.token)
-    }
-}
 
 /// A worker's hold on one task. The token is bumped by every claim, so a lease that was
 /// lost and re-granted to someone else can never write again.
@@ -175,7 +129,7 @@ impl Store {
                 FROM tasks
                 WHERE $7
                   AND lease_owner IS NOT NULL
-                  AND status = 'working'
+                  AND status IN ('working', 'input_required')
                   AND lease_expires_at <= now()
                   AND attempt < max_attempts
                   AND cancel_requested_at IS NULL
@@ -199,6 +153,9 @@ impl Store {
             ),
             candidates AS (SELECT * FROM lapsed UNION ALL SELECT * FROM queued)
             UPDATE tasks t SET
+                -- A lapsed run's held input request (held_input.rs) died with it.
+                status = 'working',
+                input_requests = NULL,
                 lease_owner = $1,
                 lease_token = t.lease_token + 1,
                 lease_expires_at = now() + $3 * interval '1 millisecond',
@@ -259,7 +216,7 @@ impl Store {
                 SELECT tenant, principal, id
                 FROM tasks
                 WHERE lease_owner IS NOT NULL
-                  AND status = 'working'
+                  AND status IN ('working', 'input_required')
                   AND lease_expires_at <= now()
                   AND (cancel_requested_at IS NOT NULL OR attempt >= max_attempts)
                 LIMIT $1
@@ -316,14 +273,14 @@ impl Store {
                     AS h(tenant, principal, id, token)
                   ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
                  AND t.lease_token = h.token
-                WHERE t.status = 'working' AND t.lease_owner IS NOT NULL
+                WHERE t.status IN ('working', 'input_required') AND t.lease_owner IS NOT NULL
             ),
             free AS MATERIALIZED (
                 SELECT t.tenant, t.principal, t.id
                 FROM tasks t JOIN held h
                   ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
                  AND t.lease_token = h.token
-                WHERE t.status = 'working'
+                WHERE t.status IN ('working', 'input_required')
                 FOR UPDATE OF t SKIP LOCKED
             ),
             extended AS (
@@ -476,7 +433,8 @@ impl Store {
                  version = version + 1
              WHERE ",
             fenced!(),
-            " AND cancel_requested_at IS NULL AND NOT (issued_keys && $6::text[])"
+            " AND status = 'working' AND cancel_requested_at IS NULL
+              AND NOT (issued_keys && $6::text[])"
         ))
         .bind_lease(lease)
         .bind(Value::Object(requests.clone()))
@@ -518,6 +476,9 @@ impl Store {
         let released: Option<bool> = sqlx::query_scalar(concat!(
             "WITH released AS (
                  UPDATE tasks SET
+                     -- Input the run asked for while holding the task dies with the run.
+                     status = 'working',
+                     input_requests = NULL,
                      lease_owner = NULL,
                      lease_expires_at = NULL,
                      run_after = now(),
@@ -571,7 +532,7 @@ pub(crate) fn finish_batch(
                          $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
                   AS u(tenant, principal, id, token, status, result, error, message, n)
              WHERE t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
-               AND t.lease_token = u.token AND t.status = 'working'
+               AND t.lease_token = u.token AND t.status IN ('working', 'input_required')
                AND t.lease_owner IS NOT NULL
              -- A task finished twice in one batch is updated once: the input row that
              -- landed is the one told so.

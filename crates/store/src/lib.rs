@@ -17,6 +17,8 @@ mod client_ops;
 mod console;
 mod create;
 mod events;
+mod fence;
+mod held_input;
 mod lease;
 mod listing;
 mod maintenance;
@@ -42,6 +44,7 @@ pub use console::{
 };
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
 pub use events::{Event, EventKind, Events, EventsConfig};
+pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
 pub use maintenance::MaintenanceReport;

@@ -15,6 +15,7 @@
 //! lease can never change the task again, whatever it still believes.
 
 mod executor;
+mod held;
 mod loops;
 
 use std::collections::HashMap;
