@@ -340,6 +340,7 @@ fn new_task() -> NewTask {
         max_attempts: 3,
         input_responses: Map::new(),
         trace_context: None,
+        client_capabilities: None,
         idempotency: None,
     }
 }

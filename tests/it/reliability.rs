@@ -522,6 +522,7 @@ async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed
         max_attempts: 3,
         input_responses: serde_json::Map::new(),
         trace_context: None,
+        client_capabilities: None,
         idempotency: None,
     };
 

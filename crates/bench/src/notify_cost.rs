@@ -85,6 +85,7 @@ async fn measure(config: &Config, db: &ScratchDatabase, out: &mut dyn Write) -> 
                     max_attempts: 1,
                     input_responses: Map::new(),
                     trace_context: None,
+                    client_capabilities: None,
                     idempotency: None,
                 },
             )

@@ -282,6 +282,7 @@ async fn create_tasks(store: &Store, n: usize) -> anyhow::Result<Vec<TaskId>> {
                             max_attempts: 1,
                             input_responses: Map::new(),
                             trace_context: None,
+                            client_capabilities: None,
                             idempotency: None,
                         },
                     )

@@ -175,6 +175,7 @@ pub(crate) async fn start(
                 max_attempts: i32::try_from(tool.max_attempts).unwrap_or(i32::MAX),
                 input_responses: answers,
                 trace_context: Some(trace_context),
+                client_capabilities: Some(input_capabilities(caps)),
                 idempotency,
             },
             checked_limit,
@@ -224,6 +225,18 @@ fn merge(into: &mut Map<String, Value>, add: Value) {
             }
         }
     }
+}
+
+/// The part of the client's capabilities that says what input it can give, kept with
+/// the task for a run that asks for input while holding it (an upstream's request).
+fn input_capabilities(caps: &mcp_tasks_wire::ClientCapabilities) -> Value {
+    Value::Object(
+        caps.0
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "elicitation" | "sampling" | "roots"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
 }
 
 /// Runs a sync-only tool inside this replica.

@@ -31,7 +31,8 @@ pub(crate) use finish_columns;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpdateOutcome {
     /// These keys were outstanding and are now answered. `resumed` is true when no key
-    /// is left and the task is runnable again.
+    /// is left and the task is working again: runnable, or (when the run that asked
+    /// still holds it) going on in that run.
     Applied { keys: Vec<String>, resumed: bool },
     /// Nothing was outstanding under the keys given (unknown, superseded, already
     /// answered, or the task is not waiting for input).
@@ -205,8 +206,10 @@ impl Store {
                 status = CASE WHEN $4 THEN 'working' ELSE 'input_required' END,
                 input_requests = CASE WHEN $4 THEN NULL ELSE $5 END,
                 input_responses = input_responses || $6,
-                run_after = CASE WHEN $4 THEN now() ELSE NULL END,
-                attempt = CASE WHEN $4 THEN 0 ELSE attempt END,
+                -- A task whose run still holds it (it asked while holding the lease, see
+                -- held_input.rs) goes on in that run: working again, but not runnable.
+                run_after = CASE WHEN $4 AND lease_owner IS NULL THEN now() ELSE NULL END,
+                attempt = CASE WHEN $4 AND lease_owner IS NULL THEN 0 ELSE attempt END,
                 status_message = CASE WHEN $4 THEN $7 ELSE status_message END,
                 updated_at = now(),
                 version = version + 1

@@ -35,6 +35,9 @@ pub struct NewTask {
     /// Answers gathered before the task existed (MRTR), visible to the handler.
     pub input_responses: Map<String, Value>,
     pub trace_context: Option<Value>,
+    /// What the creating client declared it can answer (a `ClientCapabilities` object
+    /// reduced to its input kinds), for a run that asks it for input.
+    pub client_capabilities: Option<Value>,
     /// Makes creation idempotent: a second create with the same key finds this task.
     pub idempotency: Option<Idempotency>,
 }
@@ -75,11 +78,11 @@ const INSERT_BATCH: &str = r"
         SELECT * FROM unnest(
             $1::text[], $2::text[], $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[],
             $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::jsonb[], $12::int4[],
-            $13::int8[], $14::text[], $15::text[]
+            $13::int8[], $14::text[], $15::text[], $16::jsonb[]
         ) WITH ORDINALITY AS i(
             tenant, principal, id, tool, arguments, trace_context,
             status_message, ttl_ms, poll_interval_ms, retention_ms, input_responses, max_attempts,
-            max_in_flight, idempotency_key, request_digest, n
+            max_in_flight, idempotency_key, request_digest, client_capabilities, n
         )
     ),
     -- Each limited owner's live tasks, counted once per batch and never past the limit.
@@ -105,12 +108,14 @@ const INSERT_BATCH: &str = r"
     INSERT INTO tasks (
         tenant, principal, id, tool, arguments, trace_context,
         status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
-        input_responses, max_attempts, run_after, idempotency_key, request_digest
+        input_responses, max_attempts, run_after, idempotency_key, request_digest,
+        client_capabilities
     )
     SELECT i.tenant, i.principal, i.id, i.tool, i.arguments, i.trace_context,
            i.status_message, i.ttl_ms, i.poll_interval_ms, i.retention_ms,
            now() + i.ttl_ms * interval '1 millisecond',
-           i.input_responses, i.max_attempts, now(), i.idempotency_key, i.request_digest
+           i.input_responses, i.max_attempts, now(), i.idempotency_key, i.request_digest,
+           i.client_capabilities
     FROM input i LEFT JOIN ranked r ON r.n = i.n
     WHERE i.max_in_flight IS NULL OR r.live + r.k <= i.max_in_flight
     ORDER BY i.n
@@ -153,6 +158,7 @@ pub(crate) fn insert_batch(
                 .idempotency
                 .as_ref()
                 .map(|i| i.request_digest.as_str())))
+            .bind(column!(|r| r.task.client_capabilities.as_ref()))
             .fetch_all(&pool)
             .await
             .db()?;
@@ -235,6 +241,7 @@ fn new_record(owner: &Owner, id: TaskId, task: NewTask, created_at: OffsetDateTi
         tool: task.tool,
         arguments: task.arguments,
         trace_context: task.trace_context,
+        client_capabilities: task.client_capabilities,
         status: TaskStatus::Working,
         status_message: task.status_message,
         created_at,

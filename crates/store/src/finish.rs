@@ -39,7 +39,7 @@ pub(crate) fn finish_batch(
                          $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
                   AS u(tenant, principal, id, token, status, result, error, message, n)
              WHERE t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
-               AND t.lease_token = u.token AND t.status = 'working'
+               AND t.lease_token = u.token AND t.status IN ('working', 'input_required')
                -- Held, by the primary key (see fenced!).
                AND t.lease_expires_at IS NOT NULL
              -- A task finished twice in one batch is updated once: the input row that

@@ -3,66 +3,13 @@
 
 use mcp_tasks_wire::{ErrorObject, service_messages};
 use serde_json::{Map, Value};
-use sqlx::Postgres;
-use sqlx::postgres::PgArguments;
 use time::OffsetDateTime;
 
 use crate::client_ops::finish_columns;
+use crate::fence::{BindLease, fenced};
 use crate::finish::FinishRequest;
 use crate::record::{TaskRow, task_columns};
 use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
-
-/// The guard on every worker write: the same lease (token), still held and working.
-///
-/// "Held" is written `lease_expires_at IS NOT NULL`, which the table's CHECK makes the same
-/// as `lease_owner IS NOT NULL`, so that the planner cannot prove the predicate of
-/// `tasks_leased` and scan that index instead of the primary key: between vacuums it
-/// holds an entry for every task claimed since (dead, but each visited in the heap), and
-/// a finish batch planned over it took 27 ms at 10k claims, growing until autovacuum
-/// came by; by the primary key it takes 2 ms.
-///
-/// A lease that lapsed is not checked here: every claim bumps the token, so a lapsed
-/// lease that nobody claimed since is still the only one (after a database outage its
-/// worker takes it back and goes on), and one that somebody claimed can never write
-/// again. Expiry, rescue and cancellation all change the status, which fences them too.
-macro_rules! fenced {
-    () => {
-        "tenant = $1 AND principal = $2 AND id = $3 AND lease_token = $4
-         AND status = 'working' AND lease_expires_at IS NOT NULL"
-    };
-}
-
-/// Binds `$1..$4` of a [`fenced!`] statement: the lease's owner, task and token.
-trait BindLease<'q>: Sized {
-    fn bind_lease(self, lease: &'q Lease) -> Self;
-}
-
-macro_rules! impl_bind_lease {
-    ($($ty:ty),*) => {$(
-        impl<'q, O> BindLease<'q> for $ty {
-            fn bind_lease(self, lease: &'q Lease) -> Self {
-                self.bind(&lease.owner.tenant)
-                    .bind(&lease.owner.principal)
-                    .bind(lease.id.0)
-                    .bind(lease.token)
-            }
-        }
-    )*};
-}
-
-impl_bind_lease!(
-    sqlx::query::QueryAs<'q, Postgres, O, PgArguments>,
-    sqlx::query::QueryScalar<'q, Postgres, O, PgArguments>
-);
-
-impl<'q> BindLease<'q> for sqlx::query::Query<'q, Postgres, PgArguments> {
-    fn bind_lease(self, lease: &'q Lease) -> Self {
-        self.bind(&lease.owner.tenant)
-            .bind(&lease.owner.principal)
-            .bind(lease.id.0)
-            .bind(lease.token)
-    }
-}
 
 /// A worker's hold on one task. The token is bumped by every claim, so a lease that was
 /// lost and re-granted to someone else can never write again.
@@ -183,7 +130,7 @@ impl Store {
                 FROM tasks
                 WHERE $7
                   AND lease_owner IS NOT NULL
-                  AND status = 'working'
+                  AND status IN ('working', 'input_required')
                   AND lease_expires_at <= now()
                   AND attempt < max_attempts
                   AND cancel_requested_at IS NULL
@@ -216,6 +163,9 @@ impl Store {
             -- would fail the condition and simply not be claimed.
             claimed AS (
                 UPDATE tasks t SET
+                    -- A lapsed run's held input request (held_input.rs) died with it.
+                    status = 'working',
+                    input_requests = NULL,
                     lease_owner = $1,
                     lease_token = t.lease_token + 1,
                     lease_expires_at = now() + $3 * interval '1 millisecond',
@@ -281,7 +231,7 @@ impl Store {
                 SELECT ctid
                 FROM tasks
                 WHERE lease_owner IS NOT NULL
-                  AND status = 'working'
+                  AND status IN ('working', 'input_required')
                   AND lease_expires_at <= now()
                   AND (cancel_requested_at IS NOT NULL OR attempt >= max_attempts)
                 -- In index order, so that this is a plain index scan of tasks_leased,
@@ -343,14 +293,14 @@ impl Store {
                   ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
                  AND t.lease_token = h.token
                 -- Held, by the primary key (see fenced!).
-                WHERE t.status = 'working' AND t.lease_expires_at IS NOT NULL
+                WHERE t.status IN ('working', 'input_required') AND t.lease_expires_at IS NOT NULL
             ),
             free AS MATERIALIZED (
                 SELECT t.tenant, t.principal, t.id
                 FROM tasks t JOIN held h
                   ON t.tenant = h.tenant AND t.principal = h.principal AND t.id = h.id
                  AND t.lease_token = h.token
-                WHERE t.status = 'working'
+                WHERE t.status IN ('working', 'input_required')
                 FOR UPDATE OF t SKIP LOCKED
             ),
             extended AS (
@@ -503,7 +453,8 @@ impl Store {
                  version = version + 1
              WHERE ",
             fenced!(),
-            " AND cancel_requested_at IS NULL AND NOT (issued_keys && $6::text[])"
+            " AND status = 'working' AND cancel_requested_at IS NULL
+              AND NOT (issued_keys && $6::text[])"
         ))
         .bind_lease(lease)
         .bind(Value::Object(requests.clone()))
@@ -545,6 +496,9 @@ impl Store {
         let released: Option<bool> = sqlx::query_scalar(concat!(
             "WITH released AS (
                  UPDATE tasks SET
+                     -- Input the run asked for while holding the task dies with the run.
+                     status = 'working',
+                     input_requests = NULL,
                      lease_owner = NULL,
                      lease_expires_at = NULL,
                      run_after = now(),

@@ -18,7 +18,9 @@ mod console;
 mod create;
 mod duty;
 mod events;
+mod fence;
 mod finish;
+mod held_input;
 mod lease;
 mod listing;
 mod maintenance;
@@ -45,6 +47,7 @@ pub use console::{
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
 pub use duty::{DUTY_APPLICATION_NAME, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
+pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
 pub use maintenance::MaintenanceReport;

@@ -41,7 +41,7 @@ macro_rules! task_columns {
          created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms, result,
          error, input_requests, input_responses, issued_keys, checkpoint, lease_owner,
          lease_token, lease_expires_at, attempt, max_attempts, cancel_requested_at, version,
-         request_digest, end_reason"
+         request_digest, end_reason, client_capabilities"
     };
 }
 pub(crate) use task_columns;
@@ -75,6 +75,7 @@ pub(crate) struct TaskRow {
     cancel_requested_at: Option<OffsetDateTime>,
     version: i64,
     pub(crate) request_digest: Option<String>,
+    client_capabilities: Option<Value>,
 }
 
 /// The codes of `tasks.end_reason` (the migration's CHECK constraint lists the same).
@@ -149,6 +150,8 @@ pub struct TaskRecord {
     pub tool: String,
     pub arguments: Value,
     pub trace_context: Option<Value>,
+    /// What the creating client declared it can answer (see [`crate::NewTask`]).
+    pub client_capabilities: Option<Value>,
     pub status: TaskStatus,
     pub status_message: Option<String>,
     pub created_at: OffsetDateTime,
@@ -195,6 +198,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             tool: row.tool,
             arguments: row.arguments,
             trace_context: row.trace_context,
+            client_capabilities: row.client_capabilities,
             status: standing.status,
             status_message: standing.status_message,
             created_at: row.created_at,

@@ -16,7 +16,22 @@ pub trait TaskSink: Send + Sync {
         &'a self,
         checkpoint: &'a Value,
     ) -> BoxFuture<'a, Result<(), ContextError>>;
+
+    /// Shows `requests` as the task's `inputRequests` while the run goes on holding the
+    /// task, and resolves with the answers, in order, once every one has arrived (see
+    /// [`ToolContext::ask`]). Each request comes with the key it would like; the sink
+    /// picks keys never issued for this task. A sink that cannot ask answers
+    /// `Unavailable`.
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [(String, Value)],
+    ) -> BoxFuture<'a, Result<Vec<Value>, ContextError>> {
+        let _ = requests;
+        Box::pin(async { Err(ContextError::Unavailable(NOT_A_TASK.into())) })
+    }
 }
+
+const NOT_A_TASK: &str = "input can be asked for during a run only when it runs as a task";
 
 /// A sink for runs that are not tasks: there is nobody to show a status to.
 #[derive(Debug, Default, Clone, Copy)]
@@ -136,10 +151,11 @@ impl ToolContext {
         }
     }
 
-    /// What the calling client declared, for a run inside the replica that received the
-    /// call (a sync-only tool), so a handler can ask only for input the client can give.
-    /// `None` in a worker: there the kinds the tool declared with
-    /// [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
+    /// What the calling client declared, so a handler can ask only for input the client
+    /// can give: all of it for a run inside the replica that received the call (a
+    /// sync-only tool); in a worker, the input kinds the client that created the task
+    /// declared (`None` for a task created before they were kept). The kinds the tool
+    /// declared with [`crate::ToolBuilder::asks_for`] were checked when the call arrived.
     pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
         self.inner.client_capabilities.as_ref()
     }
@@ -208,6 +224,30 @@ impl ToolContext {
                 Ok(())
             }
             Err(ContextError::Interrupted) => Err(ToolError::Interrupted),
+        }
+    }
+
+    /// Asks the client for input without ending the run: the task shows `requests` (each
+    /// a `{"method", "params"}` input request, with the key it would like) as its
+    /// `inputRequests` and is `input_required`, while this run keeps the task (its lease,
+    /// and whatever it holds open, such as a call to an upstream server). Resolves with
+    /// the answers in the order asked once the client has answered every one (with
+    /// `tasks/update`, on any replica), the task `working` again.
+    ///
+    /// For a handler that must keep something open while it waits. A handler that can
+    /// pick up where it left off should return [`crate::Outcome::NeedInput`] instead,
+    /// which frees the worker while the client thinks. If the worker is lost while
+    /// waiting, the run is lost with it: the task is run again only if the tool is
+    /// idempotent. `Err(Interrupted)` when the run should stop (cancelled, lease lost);
+    /// `Err(Unavailable)` when asking is not possible here (a synchronous run) or the
+    /// request could not be recorded.
+    pub async fn ask(&self, requests: &[(String, Value)]) -> Result<Vec<Value>, ContextError> {
+        if self.is_cancelled() {
+            return Err(ContextError::Interrupted);
+        }
+        tokio::select! {
+            answers = self.inner.sink.ask(requests) => answers,
+            () = self.cancelled() => Err(ContextError::Interrupted),
         }
     }
 

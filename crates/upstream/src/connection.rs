@@ -8,18 +8,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::ClientHandler;
+use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, RequestId,
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, Implementation,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RoleClient};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RequestContext, RoleClient,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Transport, UpstreamConfig, expand_env};
+use crate::input::Asked;
 
 /// What a call hears from the upstream while it runs.
 #[derive(Debug)]
@@ -36,7 +40,15 @@ pub(crate) enum CallEvent {
 /// reach the call they belong to.
 #[derive(Default)]
 pub(crate) struct InFlight {
-    by_token: HashMap<ProgressToken, (RequestId, mpsc::UnboundedSender<CallEvent>)>,
+    by_token: HashMap<ProgressToken, Entry>,
+}
+
+struct Entry {
+    request: RequestId,
+    events: mpsc::UnboundedSender<CallEvent>,
+    inputs: mpsc::Sender<Asked>,
+    /// The upstream's own task this call follows (`tasks/result`), if any.
+    task: Option<String>,
 }
 
 impl InFlight {
@@ -45,22 +57,46 @@ impl InFlight {
             Some(id) => self
                 .by_token
                 .values()
-                .find(|(r, _)| r == id)
-                .map(|(_, tx)| tx.clone()),
-            // Without an association (stdio has none before 2026-07-28) only a lone call
-            // can be meant.
-            None if self.by_token.len() == 1 => {
-                self.by_token.values().next().map(|(_, tx)| tx.clone())
-            }
-            None => None,
+                .find(|e| &e.request == id)
+                .map(|e| e.events.clone()),
+            None => self.lone().map(|e| e.events.clone()),
         }
     }
+
+    /// Without an association (stdio has none before 2026-07-28) only a lone call can
+    /// be meant.
+    fn lone(&self) -> Option<&Entry> {
+        if self.by_token.len() == 1 {
+            self.by_token.values().next()
+        } else {
+            None
+        }
+    }
+
+    /// The call an input request belongs to: the one following the upstream task it
+    /// names, else the lone call.
+    fn route_input(&self, task: Option<&str>) -> Option<mpsc::Sender<Asked>> {
+        let entry = match task {
+            Some(task) => self
+                .by_token
+                .values()
+                .find(|e| e.task.as_deref() == Some(task))
+                .or_else(|| self.lone()),
+            None => self.lone(),
+        };
+        entry.map(|e| e.inputs.clone())
+    }
 }
+
+/// Input requests waiting for a call's attention at most; more at once are refused.
+const QUEUED_INPUTS: usize = 4;
 
 /// A registration of one call; dropping it stops the routing.
 pub(crate) struct Registration {
     calls: Arc<Mutex<InFlight>>,
     token: ProgressToken,
+    pub(crate) events: mpsc::UnboundedReceiver<CallEvent>,
+    pub(crate) inputs: mpsc::Receiver<Asked>,
 }
 
 impl Drop for Registration {
@@ -80,6 +116,52 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
+    /// Passes an input request from the upstream to the call it belongs to, and returns
+    /// the answer our client gave.
+    async fn ask_client(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+        ct: CancellationToken,
+    ) -> Result<serde_json::Value, McpError> {
+        let (task, request) = crate::input::from_upstream(method, params);
+        let route = self
+            .calls
+            .lock()
+            .ok()
+            .and_then(|c| c.route_input(task.as_deref()));
+        let Some(route) = route else {
+            tracing::warn!(upstream = %self.name, "an input request that belongs to no single call in flight; refused");
+            return Err(McpError::invalid_request(
+                "no single call in flight to relate this request to",
+                None,
+            ));
+        };
+        let (reply, answer) = oneshot::channel();
+        if route.try_send(Asked { request, reply }).is_err() {
+            return Err(McpError::invalid_request(
+                "too many input requests at once",
+                None,
+            ));
+        }
+        let answer = tokio::select! {
+            a = answer => a,
+            () = ct.cancelled() => return Err(McpError::internal_error("cancelled by the server", None)),
+        };
+        match answer {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(McpError::new(
+                rmcp::model::ErrorCode(i32::try_from(e.code).unwrap_or(-32603)),
+                e.message,
+                e.data,
+            )),
+            Err(_) => Err(McpError::internal_error(
+                "the call this request belongs to has ended",
+                None,
+            )),
+        }
+    }
+
     fn route(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
         self.calls.lock().ok()?.route_by_request(id)
     }
@@ -90,6 +172,39 @@ impl ClientHandler for Bridge {
         self.info.clone()
     }
 
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let answer = self
+            .ask_client("elicitation/create", params, context.ct)
+            .await?;
+        serde_json::from_value(answer)
+            .map_err(|e| McpError::internal_error(format!("an unusable answer: {e}"), None))
+    }
+
+    // Sampling is deprecated from 2026-07-28 on, but 2025-era upstreams still ask for it.
+    #[expect(
+        deprecated,
+        reason = "2025-era upstreams still send sampling/createMessage"
+    )]
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let answer = self
+            .ask_client("sampling/createMessage", params, context.ct)
+            .await?;
+        serde_json::from_value(answer)
+            .map_err(|e| McpError::internal_error(format!("an unusable answer: {e}"), None))
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
@@ -98,7 +213,7 @@ impl ClientHandler for Bridge {
         let tx = self.calls.lock().ok().and_then(|c| {
             c.by_token
                 .get(&params.progress_token)
-                .map(|(_, tx)| tx.clone())
+                .map(|e| e.events.clone())
         });
         if let Some(tx) = tx {
             let _ = tx.send(CallEvent::Progress {
@@ -193,22 +308,33 @@ impl Connection {
         }
     }
 
+    /// Routes what the upstream sends about the request `request` (progress token
+    /// `token`; following the upstream's task `task`, if any) to the caller.
     pub(crate) fn register(
         &self,
         token: ProgressToken,
         request: RequestId,
-    ) -> (Registration, mpsc::UnboundedReceiver<CallEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+        task: Option<String>,
+    ) -> Registration {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let (inputs_tx, inputs) = mpsc::channel(QUEUED_INPUTS);
         if let Ok(mut calls) = self.calls.lock() {
-            calls.by_token.insert(token.clone(), (request, tx));
+            calls.by_token.insert(
+                token.clone(),
+                Entry {
+                    request,
+                    events: events_tx,
+                    inputs: inputs_tx,
+                    task,
+                },
+            );
         }
-        (
-            Registration {
-                calls: self.calls.clone(),
-                token,
-            },
-            rx,
-        )
+        Registration {
+            calls: self.calls.clone(),
+            token,
+            events,
+            inputs,
+        }
     }
 
     fn set_error(&self, error: Option<String>) {
@@ -434,9 +560,14 @@ async fn relay_stderr(name: &str, stderr: Option<tokio::process::ChildStderr>) {
 
 /// What we tell upstreams about ourselves.
 pub(crate) fn client_info(name: &str, version: &str) -> ClientConfig {
-    // No elicitation or sampling: input requests during an upstream call are not bridged
-    // to our tasks' inputRequests yet, so we do not invite them.
-    let capabilities = ClientCapabilities::default();
+    // Form elicitation and sampling are bridged to our tasks' inputRequests (see
+    // `input.rs`), each only for a client that declared it; the upstream hears an error
+    // otherwise.
+    let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+        "elicitation": { "form": {} },
+        "sampling": {},
+    }))
+    .unwrap_or_default();
     ClientConfig::new(
         capabilities,
         Implementation::new(name.to_owned(), version.to_owned()),

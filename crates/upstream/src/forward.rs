@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::config::ToolSettings;
 use crate::connection::{CallEvent, Connection};
+use crate::input::{Asked, Budget};
 
 /// How long a call waits for the upstream to be connected before counting an attempt: a
 /// restarted stdio child (an interpreter importing its SDK) can take seconds to answer.
@@ -162,6 +163,7 @@ async fn forward(
     ))
 }
 
+/// One call, over as many rounds as a 2026-07-28 upstream asks for input.
 async fn call_once(
     conn: &Connection,
     peer: &rmcp::Peer<RoleClient>,
@@ -169,23 +171,52 @@ async fn call_once(
     ctx: &ToolContext,
     timeout: Duration,
 ) -> Result<Outcome, Failure> {
-    let params: CallToolRequestParams = serde_json::from_value(call_params(tool, ctx, json!({})))
-        .map_err(|e| {
-        Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string()))
-    })?;
+    let mut budget = Budget::default();
+    let mut extra = json!({});
+    loop {
+        match call_round(conn, peer, tool, ctx, timeout, extra, &mut budget).await? {
+            Round::Done(outcome) => return Ok(outcome),
+            Round::Input(result) => {
+                let (requests, state) = crate::input::input_required(&result);
+                let answers =
+                    crate::input::ask(conn.name(), tool, ctx, &mut budget, requests.clone())
+                        .await?;
+                extra = crate::input::retry_params(&requests, answers, state);
+            }
+        }
+    }
+}
+
+enum Round {
+    Done(Outcome),
+    /// A 2026-07-28 `InputRequiredResult`, as JSON.
+    Input(Value),
+}
+
+async fn call_round(
+    conn: &Connection,
+    peer: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    ctx: &ToolContext,
+    timeout: Duration,
+    extra: Value,
+    budget: &mut Budget,
+) -> Result<Round, Failure> {
+    let params: CallToolRequestParams = serde_json::from_value(call_params(tool, ctx, extra))
+        .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INVALID_PARAMS, e.to_string())))?;
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
         .await
         .map_err(|e| Failure::NotSent(e.to_string()))?;
     let id = handle.id.clone();
-    let (_registration, mut events) = conn.register(handle.progress_token.clone(), id.clone());
+    let mut registration = conn.register(handle.progress_token.clone(), id.clone(), None);
     let response = handle.await_response();
     tokio::pin!(response);
     let result = loop {
         tokio::select! {
             r = &mut response => break r,
-            Some(event) = events.recv() => {
+            Some(event) = registration.events.recv() => {
                 let message = match event {
                     CallEvent::Progress { progress, total, message } => progress_text(progress, total, message.as_deref()),
                     CallEvent::Log(text) => text,
@@ -193,6 +224,34 @@ async fn call_once(
                 if ctx.set_status(&message).await.is_err() {
                     cancel(peer, id, "the task's run ended").await;
                     return Err(Failure::Interrupted);
+                }
+            }
+            Some(asked) = registration.inputs.recv() => {
+                let Asked { request, reply } = asked;
+                // Input the client cannot give: the upstream hears so, and may go on.
+                if let Some(why) = crate::input::refusal(conn.name(), tool, ctx, &request) {
+                    tracing::info!(upstream = %conn.name(), "{why}");
+                    let _ = reply.send(Err(ErrorObject::new(codes::INVALID_REQUEST, why)));
+                    continue;
+                }
+                let answered = tokio::select! {
+                    a = crate::input::ask(conn.name(), tool, ctx, budget, vec![("elicitation".into(), request)]) => a,
+                    // The call ended while the client was asked: the question is moot.
+                    r = &mut response => break r,
+                };
+                match answered {
+                    Ok(mut answers) => {
+                        let _ = reply.send(Ok(answers.pop().unwrap_or(Value::Null)));
+                    }
+                    Err(Failure::Protocol(e)) => {
+                        let _ = reply.send(Err(e.clone()));
+                        cancel(peer, id, "the task failed").await;
+                        return Err(Failure::Protocol(e));
+                    }
+                    Err(other) => {
+                        cancel(peer, id, "the task was cancelled").await;
+                        return Err(other);
+                    }
                 }
             }
             () = ctx.cancelled() => {
@@ -203,7 +262,10 @@ async fn call_once(
     };
     match result {
         Ok(ServerResult::CallToolResult(r)) => serde_json::to_value(r)
-            .map(Outcome::Complete)
+            .map(|v| Round::Done(Outcome::Complete(v)))
+            .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))),
+        Ok(ServerResult::InputRequiredResult(r)) => serde_json::to_value(r)
+            .map(Round::Input)
             .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))),
         Ok(other) => Err(Failure::Protocol(ErrorObject::new(
             codes::INTERNAL_ERROR,

@@ -8,6 +8,7 @@ mod catalog;
 pub mod config;
 mod connection;
 mod forward;
+mod input;
 mod upstream_task;
 
 pub use catalog::{Options, StartError, Upstreams};

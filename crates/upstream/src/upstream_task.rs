@@ -1,7 +1,8 @@
 //! An upstream tool that runs as a task of the upstream's own (2025-11-25: `task` in
 //! `tools/call`, answered with `CreateTaskResult`): followed with `tasks/get` until it
 //! ends, then `tasks/result`; its status messages become ours, and our cancellation
-//! becomes its `tasks/cancel`. rmcp models only the 2026-07-28 task shapes, so these
+//! becomes its `tasks/cancel`; while it is `input_required`, the requests it sends
+//! through `tasks/result` are bridged to our task (`input.rs`). rmcp models only the 2026-07-28 task shapes, so these
 //! requests go out as custom requests and their answers are read as JSON.
 
 use std::time::Duration;
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::connection::Connection;
 use crate::forward::{Failure, failure};
+use crate::input::{Asked, Budget};
 
 /// Polls no faster than this, whatever the upstream's `pollInterval` says.
 const MIN_POLL: Duration = Duration::from_millis(200);
@@ -54,15 +56,11 @@ pub(crate) async fn call(
         match status.as_str() {
             "completed" | "failed" => break,
             "cancelled" => return Err(Failure::Interrupted),
+            // Its input requests come while we wait in tasks/result (2025-11-25), which
+            // then answers with the call's result.
             "input_required" => {
-                cancel(peer, &task_id).await;
-                return Err(Failure::Protocol(ErrorObject::new(
-                    codes::INTERNAL_ERROR,
-                    format!(
-                        "Upstream {:?} asked for input during tool {tool:?}; input requests from upstreams are not supported yet",
-                        conn.name()
-                    ),
-                )));
+                let result = result_answering(conn, peer, tool, ctx, &task_id, timeout).await?;
+                return Ok(Outcome::Complete(without_related_task(result)));
             }
             _ => {}
         }
@@ -81,11 +79,80 @@ pub(crate) async fn call(
         task = request(peer, "tasks/get", json!({ "taskId": task_id })).await?;
     }
     // tasks/result answers with the call's own result (or its JSON-RPC error).
-    let mut result = request(peer, "tasks/result", json!({ "taskId": task_id })).await?;
+    let result = request(peer, "tasks/result", json!({ "taskId": task_id })).await?;
+    Ok(Outcome::Complete(without_related_task(result)))
+}
+
+fn without_related_task(mut result: Value) -> Value {
     if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.remove("io.modelcontextprotocol/related-task");
     }
-    Ok(Outcome::Complete(result))
+    result
+}
+
+/// `tasks/result` of an upstream task that waits for input: the requests it sends
+/// meanwhile (naming the task) are asked of our client, and answered.
+async fn result_answering(
+    conn: &Connection,
+    peer: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    ctx: &ToolContext,
+    task_id: &str,
+    timeout: Duration,
+) -> Result<Value, Failure> {
+    let request = ClientRequest::CustomRequest(CustomRequest::new(
+        "tasks/result",
+        Some(json!({ "taskId": task_id })),
+    ));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .await
+        .map_err(|e| Failure::NotSent(e.to_string()))?;
+    let mut registration = conn.register(
+        handle.progress_token.clone(),
+        handle.id.clone(),
+        Some(task_id.to_owned()),
+    );
+    let mut budget = Budget::default();
+    let response = handle.await_response();
+    tokio::pin!(response);
+    let answer = loop {
+        tokio::select! {
+            r = &mut response => break r,
+            Some(asked) = registration.inputs.recv() => {
+                let Asked { request, reply } = asked;
+                // Input the client cannot give: the upstream hears so, and may go on.
+                if let Some(why) = crate::input::refusal(conn.name(), tool, ctx, &request) {
+                    tracing::info!(upstream = %conn.name(), "{why}");
+                    let _ = reply.send(Err(ErrorObject::new(codes::INVALID_REQUEST, why)));
+                    continue;
+                }
+                let answered = tokio::select! {
+                    a = crate::input::ask(conn.name(), tool, ctx, &mut budget, vec![("elicitation".into(), request)]) => a,
+                    r = &mut response => break r,
+                };
+                match answered {
+                    Ok(mut answers) => {
+                        let _ = reply.send(Ok(answers.pop().unwrap_or(Value::Null)));
+                    }
+                    Err(e) => {
+                        if let Failure::Protocol(error) = &e {
+                            let _ = reply.send(Err(error.clone()));
+                        }
+                        cancel(peer, task_id).await;
+                        return Err(e);
+                    }
+                }
+            }
+            () = ctx.cancelled() => {
+                cancel(peer, task_id).await;
+                return Err(Failure::Interrupted);
+            }
+        }
+    };
+    let answer = answer.map_err(failure)?;
+    serde_json::to_value(answer)
+        .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string())))
 }
 
 async fn request(

@@ -160,7 +160,11 @@ async fn run(
         return record(shared, &lease, Finish::Failed(error), Some("Failed")).await;
     }
 
-    let ctx = ToolContext::builder(task.arguments)
+    let mut ctx = ToolContext::builder(task.arguments);
+    if let Some(Value::Object(caps)) = task.client_capabilities {
+        ctx = ctx.client_capabilities(mcp_tasks_wire::ClientCapabilities(caps));
+    }
+    let ctx = ctx
         .responses(task.input_responses)
         .checkpoint(task.checkpoint)
         .task_id(lease.id.to_string())
@@ -419,5 +423,12 @@ impl TaskSink for LeaseSink {
                 Err(e) => Err(ContextError::Unavailable(e.to_string())),
             }
         })
+    }
+
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [(String, Value)],
+    ) -> BoxFuture<'a, Result<Vec<Value>, ContextError>> {
+        Box::pin(crate::held::ask(&self.store, &self.lease, requests))
     }
 }

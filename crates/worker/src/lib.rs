@@ -16,6 +16,7 @@
 
 mod duty;
 mod executor;
+mod held;
 mod loops;
 
 use std::collections::HashMap;

@@ -30,6 +30,7 @@ pub(crate) fn new_task(tool: &str, arguments: Value) -> NewTask {
         max_attempts: 3,
         input_responses: Map::new(),
         trace_context: None,
+        client_capabilities: None,
         idempotency: None,
     }
 }

@@ -269,6 +269,7 @@ async fn tasks_list_pages_through_the_callers_own_tasks() {
         max_attempts: 3,
         input_responses: Map::new(),
         trace_context: None,
+        client_capabilities: None,
         idempotency: None,
     };
     let (alice, bob) = (Owner::new("default", "alice"), Owner::new("default", "bob"));

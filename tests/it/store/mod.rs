@@ -11,6 +11,7 @@ mod console;
 mod end_reasons;
 mod events;
 mod expiry;
+mod held_input;
 mod hot_paths;
 mod input_keys;
 mod isolation;

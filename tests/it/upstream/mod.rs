@@ -5,7 +5,11 @@
 //! and workers started with `--config`, killed where a test says so.
 
 mod everything;
+mod everything_input;
 mod fastmcp;
+mod fastmcp_input;
+#[path = "../../../crates/wire/tests/official/mod.rs"]
+mod official;
 mod routing;
 
 use std::path::PathBuf;
@@ -130,6 +134,19 @@ impl Fleet {
             },
         )
         .await;
+    }
+
+    /// Another replica on the same database and configuration.
+    async fn add_replica(&self) -> Proc {
+        Proc::serve_args(
+            &self.db.url,
+            &["serve", "--listen", "127.0.0.1:0", "--tools", "none"],
+            &[
+                ("MCP_TASKS_CONFIG", &self.config),
+                ("MCP_TASKS_LOG", "info,sqlx=warn,rmcp=warn"),
+            ],
+        )
+        .await
     }
 
     fn add_worker(&mut self) {
