@@ -15,7 +15,8 @@
 //!   and in a real browser (chromium over WebDriver).
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
-//!   their database. `smoke`, `benches`: the demo sequence and the benchmarks still run.
+//!   their database. `wakeups`: one notification wakes one idle worker process. `smoke`,
+//!   `benches`: the demo sequence and the benchmarks still run.
 
 mod attacks;
 mod auth;
@@ -37,4 +38,5 @@ mod sessions;
 mod smoke;
 mod store;
 mod upstream;
+mod wakeups;
 mod workers;

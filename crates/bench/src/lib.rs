@@ -3,6 +3,7 @@
 
 mod baseline;
 mod console;
+mod finished;
 mod lifecycle;
 mod load;
 pub mod notify_cost;

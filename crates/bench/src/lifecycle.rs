@@ -14,6 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::baseline;
+use crate::finished;
 use crate::load::{self, Run};
 use crate::scenarios::{CreateScript, Env, figures, target};
 use crate::stats::{Summary, ms};
@@ -78,14 +79,10 @@ pub(crate) async fn measure(
     let create = load::drive(&env.target, connections, env.seconds(), rate, script).await?;
     let created = std::mem::take(&mut *created.lock().unwrap_or_else(|e| e.into_inner()));
     let ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
-    let polls = wait_finished(&env.observed, &ids).await? + 1;
-    let finished: Vec<(Uuid, i64)> = sqlx::query_as(
-        "SELECT id, (extract(epoch FROM finished_at) * 1000000)::bigint FROM tasks
-         WHERE id = ANY($1) AND finished_at IS NOT NULL",
-    )
-    .bind(&ids)
-    .fetch_all(&env.observed)
-    .await?;
+    let owner = finished::owner(&env.observed, env.service.started_here(), &ids).await?;
+    let waited = finished::wait(&env.observed, &owner, &ids).await?;
+    let (finished, read) = finished::finished_at(&env.observed, &owner, &ids).await?;
+    let polls = waited + read + u64::from(!env.service.started_here());
     let sent: std::collections::HashMap<Uuid, i64> = created
         .iter()
         .map(|(id, at)| (*id, micros(base_time + (*at - base_instant))))
@@ -106,25 +103,6 @@ pub(crate) async fn measure(
         create,
         polls,
     })
-}
-
-async fn wait_finished(sql: &PgPool, ids: &[Uuid]) -> anyhow::Result<u64> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut polls = 0;
-    loop {
-        polls += 1;
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM tasks WHERE id = ANY($1) AND finished_at IS NULL",
-        )
-        .bind(ids)
-        .fetch_one(sql)
-        .await?;
-        if open == 0 {
-            return Ok(polls);
-        }
-        anyhow::ensure!(Instant::now() < deadline, "{open} tasks never finished");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The raw cycle, then ours at its peak and at half of it. Returns ours at the peak and

@@ -18,6 +18,7 @@ pub const PICKUP_DELAY: &str = "mcp_tasks_pickup_delay_seconds";
 pub const TASK_DURATION: &str = "mcp_tasks_task_duration_seconds";
 pub const LEASE_LAPSES: &str = "mcp_tasks_lease_lapses_total";
 pub const RECLAIMS: &str = "mcp_tasks_reclaims_total";
+pub const CLAIM_STATEMENTS: &str = "mcp_tasks_claim_statements_total";
 pub const CRASH_RECOVERY: &str = "mcp_tasks_crash_recovery_total";
 pub const LISTEN_STREAMS: &str = "mcp_tasks_listen_streams";
 pub const NOTIFICATION_LAG: &str = "mcp_tasks_notification_lag_seconds";
@@ -78,6 +79,12 @@ pub const ALL: &[(&str, Kind, &[&str], &str)] = &[
         Kind::Counter,
         &[],
         "Claims of tasks whose previous worker's lease lapsed",
+    ),
+    (
+        CLAIM_STATEMENTS,
+        Kind::Counter,
+        &["cause"],
+        "Claim statements a worker ran, by what made it look: start, backlog (slots came free while work was queued), notified, poll",
     ),
     (
         CRASH_RECOVERY,

@@ -48,6 +48,34 @@ pub fn task_run(tool: &str, outcome: &'static str, took: Duration) {
         .record(took.as_secs_f64());
 }
 
+/// What made a worker run a claim statement, for `mcp_tasks_claim_statements_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimCause {
+    /// The first claim after start.
+    Start,
+    /// Slots came free while the last claim found more work than it could take.
+    Backlog,
+    /// A notification of new work (or the wake-up duty) woke the worker.
+    Notified,
+    /// The backstop poll.
+    Poll,
+}
+
+impl ClaimCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Backlog => "backlog",
+            Self::Notified => "notified",
+            Self::Poll => "poll",
+        }
+    }
+}
+
+pub fn claim_statement(cause: ClaimCause) {
+    metrics::counter!(names::CLAIM_STATEMENTS, "cause" => cause.as_str()).increment(1);
+}
+
 pub fn lease_lapsed() {
     metrics::counter!(names::LEASE_LAPSES).increment(1);
 }

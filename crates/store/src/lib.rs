@@ -16,8 +16,10 @@ mod batch;
 mod client_ops;
 mod console;
 mod create;
+mod duty;
 mod events;
 mod fence;
+mod finish;
 mod held_input;
 mod lease;
 mod listing;
@@ -43,6 +45,7 @@ pub use console::{
     Scope, StatusCount, TaskFilter, TaskPage, TaskSummary, WorkerLoad,
 };
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
+pub use duty::{DUTY_APPLICATION_NAME, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
@@ -208,7 +211,7 @@ pub struct Store {
 
 struct Batchers {
     creates: Arc<batch::Batcher<create::CreateRequest, create::CreateAnswer>>,
-    finishes: Arc<batch::Batcher<lease::FinishRequest, bool>>,
+    finishes: Arc<batch::Batcher<finish::FinishRequest, bool>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -250,7 +253,7 @@ impl Store {
                 create::MAX_CREATE_BATCH,
                 create::insert_batch,
             ),
-            finishes: batch::Batcher::new(pool.clone(), 256, lease::finish_batch),
+            finishes: batch::Batcher::new(pool.clone(), 256, finish::finish_batch),
         });
         Ok(Self {
             pool,
@@ -263,7 +266,7 @@ impl Store {
         &self.batchers.creates
     }
 
-    pub(crate) fn finishes(&self) -> &batch::Batcher<lease::FinishRequest, bool> {
+    pub(crate) fn finishes(&self) -> &batch::Batcher<finish::FinishRequest, bool> {
         &self.batchers.finishes
     }
 

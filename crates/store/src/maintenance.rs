@@ -25,7 +25,7 @@ impl Store {
         let done = sqlx::query(concat!(
             r"
             WITH overdue AS MATERIALIZED (
-                SELECT tenant, principal, id
+                SELECT ctid
                 FROM tasks
                 WHERE expires_at <= now() AND status IN ('working', 'input_required')
                 LIMIT $1
@@ -39,8 +39,8 @@ impl Store {
             ",
             finish_columns!(),
             r"
-            FROM overdue o
-            WHERE t.tenant = o.tenant AND t.principal = o.principal AND t.id = o.id
+            -- By ctid, as a claim does (see there): the rows are locked.
+            WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM overdue))
             "
         ))
         .bind(limit)
@@ -57,16 +57,15 @@ impl Store {
         let done = sqlx::query(
             r"
             WITH due AS MATERIALIZED (
-                SELECT tenant, principal, id
+                SELECT ctid
                 FROM tasks
                 WHERE expires_at <= now() AND finished_at IS NOT NULL
                 LIMIT $1
                 FOR UPDATE SKIP LOCKED
             ),
             gone AS (
-                DELETE FROM tasks t USING due d
-                WHERE t.tenant = d.tenant AND t.principal = d.principal AND t.id = d.id
-                RETURNING t.tenant, t.principal, t.id
+                DELETE FROM tasks WHERE ctid = ANY (ARRAY(SELECT ctid FROM due))
+                RETURNING tenant, principal, id
             ),
             -- History goes with its task (ids are unique, so the id alone finds it).
             history AS (
@@ -93,13 +92,15 @@ impl Store {
     pub async fn purge_tombstones(&self, keep_ms: i64, limit: i64) -> Result<u64> {
         let done = sqlx::query(
             r"
+            -- By ctid: a key join (IN) was planned as a hash join over every
+            -- tombstone, which made a purge as slow as the table is big.
             DELETE FROM task_tombstones
-            WHERE (tenant, principal, id) IN (
-                SELECT tenant, principal, id FROM task_tombstones
+            WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM task_tombstones
                 WHERE deleted_at < now() - $1 * interval '1 millisecond'
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
-            )
+            ))
             ",
         )
         .bind(keep_ms)
@@ -108,6 +109,38 @@ impl Store {
         .await
         .db()?;
         Ok(done.rows_affected())
+    }
+
+    /// Gives the task table its first statistics, once it has `min_rows` live rows and
+    /// none yet; true once it has some (then autovacuum keeps them, and this need not be
+    /// asked again).
+    ///
+    /// Until a table's first ANALYZE the planner has no idea how few owners share its
+    /// rows, and plans a primary-key lookup (`tenant, principal, id`) as a scan of the
+    /// owner's part of `tasks_owner_created` (which has `id` last): a finish batch then
+    /// read every task of its owner once per task it finished. Autovacuum analyzes only
+    /// every `autovacuum_naptime` (a minute by default), long enough for a busy new
+    /// database to slow down to a crawl first.
+    #[tracing::instrument(name = "db.maintenance.first_analyze", skip_all, err(level = "debug"))]
+    pub async fn analyze_if_never(&self, min_rows: i64) -> Result<bool> {
+        let (analyzed, live): (bool, i64) = sqlx::query_as(
+            "SELECT last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL, n_live_tup
+             FROM pg_stat_user_tables WHERE relid = 'tasks'::regclass",
+        )
+        .fetch_one(self.pool())
+        .await
+        .db()?;
+        if analyzed {
+            return Ok(true);
+        }
+        if live < min_rows {
+            return Ok(false);
+        }
+        sqlx::query("ANALYZE tasks")
+            .execute(self.pool())
+            .await
+            .db()?;
+        Ok(true)
     }
 
     /// One maintenance pass: expire, delete, forget tombstones and ended sessions. Each

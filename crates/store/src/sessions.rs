@@ -123,13 +123,15 @@ impl Store {
     )]
     pub async fn purge_session_revocations(&self, limit: i64) -> Result<u64> {
         let done = sqlx::query(
+            // By ctid, as the tombstone purge does: a key join may be planned as a hash
+            // join over the whole table.
             "DELETE FROM session_revocations
-             WHERE (tenant, principal, session) IN (
-                 SELECT tenant, principal, session FROM session_revocations
+             WHERE ctid = ANY (ARRAY(
+                 SELECT ctid FROM session_revocations
                  WHERE expires_at < now()
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED
-             )",
+             ))",
         )
         .bind(limit)
         .execute(self.pool())

@@ -162,6 +162,12 @@ impl Registry {
         self.entries.iter().map(|e| e.tool.name.as_str())
     }
 
+    /// Whether `other` is this very snapshot (a clone of it), so that what was derived
+    /// from one need not be derived again from the other.
+    pub fn same_snapshot(&self, other: &Registry) -> bool {
+        Arc::ptr_eq(&self.entries, &other.entries)
+    }
+
     /// Checks arguments against the tool's inputSchema; the error names what is wrong and
     /// where, without echoing values.
     pub fn validate_arguments(&self, name: &str, arguments: &Value) -> Result<(), String> {

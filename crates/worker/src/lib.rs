@@ -14,18 +14,20 @@
 //! Every write a run makes is conditional on its lease token, so a worker that lost its
 //! lease can never change the task again, whatever it still believes.
 
+mod duty;
 mod executor;
 mod held;
 mod loops;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcp_tasks_store::{Lease, Store, TaskId};
 use mcp_tasks_tools::LiveRegistry;
 use mcp_tasks_wire::results::Implementation;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
@@ -125,6 +127,11 @@ struct Shared {
     running: Mutex<HashMap<TaskId, Running>>,
     /// Something may be claimable.
     wake: Notify,
+    /// The wake-up duty the claim loop wants (the key of its tools), if any; see `duty.rs`.
+    want_duty: watch::Sender<Option<i32>>,
+    /// This worker has the wake-up duty (or cannot queue for it): notifications of new
+    /// work wake its claim loop. Other idle workers leave them to the one on duty.
+    on_duty: AtomicBool,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
 }
@@ -188,6 +195,8 @@ pub async fn run(
         config,
         running: Mutex::new(HashMap::new()),
         wake: Notify::new(),
+        want_duty: watch::Sender::new(None),
+        on_duty: AtomicBool::new(false),
         tracker: TaskTracker::new(),
     });
 
@@ -199,6 +208,7 @@ pub async fn run(
     let heartbeat = spawn_owned(loops::heartbeat(shared.clone(), heartbeats_stop.clone()));
     let listen = spawn_owned(loops::listen(shared.clone(), shutdown.clone()));
     let maintenance = spawn_owned(loops::maintenance(shared.clone(), shutdown.clone()));
+    let duty = spawn_owned(duty::duty(shared.clone(), shutdown.clone()));
 
     loops::claim(shared.clone(), shutdown.clone()).await;
 
@@ -233,7 +243,7 @@ pub async fn run(
         shared.tracker.wait().await;
     }
     heartbeats_stop.cancel();
-    let _ = tokio::join!(heartbeat, listen, maintenance);
+    let _ = tokio::join!(heartbeat, listen, maintenance, duty);
     tracing::info!(worker = %shared.config.worker_id, "worker stopped");
     Ok(())
 }

@@ -2,10 +2,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mcp_tasks_observe::record as observe;
 use mcp_tasks_store::{Event, EventKind, EventsConfig, TaskId};
+use mcp_tasks_tools::Registry;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +23,10 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     // The last claim got all it asked for: more is probably waiting.
     let mut backlog = false;
+    // The tools, and the key of their wake-up duty, as of the registry snapshot seen.
+    let mut cached: Option<(Registry, Vec<String>, i32)> = None;
+    // Why the next claim runs (for `mcp_tasks_claim_statements_total`).
+    let mut cause = observe::ClaimCause::Start;
     let mut last_full = Instant::now()
         .checked_sub(config.poll_interval)
         .unwrap_or_else(Instant::now);
@@ -46,16 +52,24 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         let wanted = permits.len();
 
         // Only tasks this worker can run: the others wait for a worker that has their tool.
-        let tools: Vec<String> = shared
-            .registry
-            .current()
-            .names()
-            .map(str::to_owned)
-            .collect();
+        // The list is built again only when the registry changed.
+        let registry = shared.registry.current();
+        if !cached
+            .as_ref()
+            .is_some_and(|(seen, _, _)| seen.same_snapshot(&registry))
+        {
+            let names: Vec<String> = registry.names().map(str::to_owned).collect();
+            let key = mcp_tasks_store::duty_key(&names);
+            cached = Some((registry, names, key));
+        }
+        let (tools, duty_key): (&[String], Option<i32>) = cached
+            .as_ref()
+            .map_or((&[], None), |(_, names, key)| (names, Some(*key)));
         if tools.is_empty() {
             // No tool at all (upstreams not answering yet): claim nothing rather than
             // everything, which is what an empty filter would mean.
             drop(permits);
+            shared.want_duty.send_if_modified(|w| w.take().is_some());
             tokio::select! {
                 () = tokio::time::sleep(config.poll_interval) => {}
                 () = shutdown.cancelled() => return,
@@ -68,15 +82,16 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         if full {
             last_full = Instant::now();
         }
+        observe::claim_statement(cause);
         let claimed = match if full {
             shared
                 .store
-                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
+                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), tools)
                 .await
         } else {
             shared
                 .store
-                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), &tools)
+                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), tools)
                 .await
         } {
             Ok(claimed) => {
@@ -96,6 +111,13 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         };
         let got = claimed.len();
         backlog = got == wanted;
+        // Idle with free slots and nothing more queued for us: queue for the wake-up
+        // duty. Busy: let another idle worker have it.
+        let want = if backlog { None } else { duty_key };
+        shared
+            .want_duty
+            .send_if_modified(|w| std::mem::replace(w, want) != want);
+        cause = observe::ClaimCause::Backlog;
         for task in claimed {
             let Some(permit) = permits.pop() else { break };
             executor::spawn(&shared, task, permit);
@@ -105,11 +127,11 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         if got < wanted {
             // Drained what was runnable: sleep until notified, or poll as a backstop
             // (notifications can be lost, and lapsed leases notify nobody).
-            tokio::select! {
-                () = shared.wake.notified() => {}
-                () = tokio::time::sleep(config.poll_interval) => {}
+            cause = tokio::select! {
+                () = shared.wake.notified() => observe::ClaimCause::Notified,
+                () = tokio::time::sleep(config.poll_interval) => observe::ClaimCause::Poll,
                 () = shutdown.cancelled() => return,
-            }
+            };
         }
     }
 }
@@ -193,8 +215,14 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
                     tracing::info!(task = %id, "cancellation requested (notified); stopping the run");
                 }
             }
+            // One idle worker per set of tools answers these: the one on duty.
+            Event::Runnable => {
+                if shared.on_duty.load(Ordering::SeqCst) {
+                    shared.wake.notify_one();
+                }
+            }
             // After a gap anything may have become claimable: look for work now.
-            Event::Runnable | Event::Resync => shared.wake.notify_one(),
+            Event::Resync => shared.wake.notify_one(),
             Event::Changed { .. } => {}
         }
     }
@@ -227,14 +255,25 @@ async fn report_waiting(shared: &Shared) {
     }
 }
 
+/// Live tasks at which a table that was never analyzed is given its first statistics.
+const FIRST_ANALYZE_ROWS: i64 = 1000;
+
 pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken) {
     let config = &shared.config;
     let keep_ms = i64::try_from(config.tombstone_retention.as_millis()).unwrap_or(i64::MAX);
     let mut queue_checked = Instant::now();
+    // Whether the task table is known to have statistics (see Store::analyze_if_never).
+    let mut analyzed = false;
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.maintenance_interval) => {}
             () = shutdown.cancelled() => return,
+        }
+        if !analyzed {
+            match shared.store.analyze_if_never(FIRST_ANALYZE_ROWS).await {
+                Ok(done) => analyzed = done,
+                Err(e) => tracing::debug!(error = %e, "could not look at the table's statistics"),
+            }
         }
         if queue_checked.elapsed() >= QUEUE_CHECK_EVERY {
             queue_checked = Instant::now();

@@ -1,7 +1,8 @@
 //! The hot paths' behaviour under concurrency: creates of one owner are batched, not
 //! serialised, and the in-flight limit holds within its documented margin; a heartbeat
 //! is not held up by a row another transaction has locked; a task past its TTL is never
-//! started; finishes that arrive together all land, each exactly once.
+//! started; finishes that arrive together all land, each exactly once; a table never
+//! analyzed gets its first statistics from maintenance.
 
 use std::time::Duration;
 
@@ -231,4 +232,38 @@ async fn finishes_that_arrive_together_each_land_once() {
         assert_eq!(t.status, mcp_tasks_wire::TaskStatus::Completed);
         assert_eq!(t.result, Some(text_result("done")));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_never_analyzed_gets_statistics_once_it_has_rows() {
+    let db = TestDb::new().await;
+    let analyzed = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'tasks'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .expect("statistics")
+    };
+    let owner = Owner::new("acme", "stats");
+    creates(&db.store, &owner, 20, None).await;
+    // Too few rows: nothing to learn from them yet (the row count is reported within a
+    // second or so, and only rises).
+    assert!(!db.store.analyze_if_never(1_000_000).await.expect("check"));
+    assert!(!analyzed().await);
+    crate::harness::eventually(
+        Duration::from_secs(30),
+        "the first statistics of the task table",
+        || async {
+            db.store
+                .analyze_if_never(10)
+                .await
+                .expect("check")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(analyzed().await);
+    // From then on it is known to have them.
+    assert!(db.store.analyze_if_never(1_000_000).await.expect("check"));
 }

@@ -1,0 +1,65 @@
+//! Finishes, written in batches: the finishes of a worker that arrive together become one
+//! statement and one commit (see `batch.rs`).
+
+use serde_json::Value;
+
+use crate::client_ops::finish_columns;
+use crate::{DbResult, Lease, Result};
+
+/// One finish waiting for its batch.
+pub(crate) struct FinishRequest {
+    pub(crate) lease: Lease,
+    pub(crate) status: &'static str,
+    pub(crate) result: Option<Value>,
+    pub(crate) error: Option<Value>,
+    pub(crate) message: Option<String>,
+}
+
+/// Runs one batch of finishes as one statement; `true` for each that landed.
+pub(crate) fn finish_batch(
+    pool: sqlx::PgPool,
+    batch: Vec<FinishRequest>,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<bool>>> + Send>> {
+    Box::pin(async move {
+        macro_rules! column {
+            ($f:expr) => {
+                batch.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let done: Vec<i64> = sqlx::query_scalar(concat!(
+            "UPDATE tasks t SET
+                 status = u.status,
+                 result = u.result,
+                 error = u.error,
+                 status_message = coalesce(u.message, t.status_message),
+                 ",
+            finish_columns!(),
+            "
+             FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::text[],
+                         $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
+                  AS u(tenant, principal, id, token, status, result, error, message, n)
+             WHERE t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
+               AND t.lease_token = u.token AND t.status IN ('working', 'input_required')
+               -- Held, by the primary key (see fenced!).
+               AND t.lease_expires_at IS NOT NULL
+             -- A task finished twice in one batch is updated once: the input row that
+             -- landed is the one told so.
+             RETURNING u.n"
+        ))
+        .bind(column!(|r| r.lease.owner.tenant.as_str()))
+        .bind(column!(|r| r.lease.owner.principal.as_str()))
+        .bind(column!(|r| r.lease.id.0))
+        .bind(column!(|r| r.lease.token))
+        .bind(column!(|r| r.status))
+        .bind(column!(|r| r.result.as_ref()))
+        .bind(column!(|r| r.error.as_ref()))
+        .bind(column!(|r| r.message.as_deref()))
+        .fetch_all(&pool)
+        .await
+        .db()?;
+        let done: std::collections::HashSet<i64> = done.into_iter().collect();
+        Ok((1..=batch.len())
+            .map(|n| done.contains(&i64::try_from(n).unwrap_or(0)))
+            .collect())
+    })
+}

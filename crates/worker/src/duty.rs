@@ -1,0 +1,70 @@
+//! Wake-up duty: one idle worker per set of tools answers "there is work" notifications
+//! (see `mcp_tasks_store::Duty` and ARCHITECTURE.md, "Wake-ups").
+//!
+//! The claim loop says what it wants: the duty of its tools while it is idle with free
+//! slots and the queue has nothing more for it, none while it is busy. This loop follows
+//! that: it queues for the duty, and once it has it, wakes the claim loop at once (work
+//! may have arrived while the duty was passed on), then hands it over when the claim loop
+//! no longer wants it. The listen loop passes notifications on only while on duty.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::Shared;
+
+pub(crate) async fn duty(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let mut want = shared.want_duty.subscribe();
+    let mut duty = shared.store.duty();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let wanted = *want.borrow_and_update();
+        match wanted {
+            None => {
+                shared.on_duty.store(false, Ordering::SeqCst);
+                if let Err(e) = duty.hand_over().await {
+                    tracing::debug!(error = %e, "handing over the wake-up duty failed; its connection is closed");
+                }
+            }
+            Some(key) if duty.held() != Some(key) => {
+                shared.on_duty.store(false, Ordering::SeqCst);
+                let taken = tokio::select! {
+                    taken = duty.take(key) => taken,
+                    () = shutdown.cancelled() => break,
+                };
+                match taken {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(100);
+                        // Busy again, or other tools, by now: pass it on (the loop does).
+                        if *want.borrow() == Some(key) {
+                            shared.on_duty.store(true, Ordering::SeqCst);
+                            shared.wake.notify_one();
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        // Without the duty this worker still polls; and while the duty
+                        // cannot be had, it answers notifications itself.
+                        tracing::debug!(error = %e, retry_ms = backoff.as_millis() as u64, "could not queue for the wake-up duty");
+                        shared.on_duty.store(true, Ordering::SeqCst);
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff) => {}
+                            () = shutdown.cancelled() => break,
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
+            }
+            Some(_) => shared.on_duty.store(true, Ordering::SeqCst),
+        }
+        tokio::select! {
+            changed = want.changed() => if changed.is_err() { break },
+            () = shutdown.cancelled() => break,
+        }
+    }
+    shared.on_duty.store(false, Ordering::SeqCst);
+    duty.close().await;
+}
