@@ -197,6 +197,8 @@ async fn the_inbox_lists_the_principals_waiting_tasks_oldest_first() {
     app.stop().await;
 }
 
+const LOST_LEASE_MS: i64 = 3_000;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_shows_the_queue_workers_and_lapses_moving() {
     let app = app().await;
@@ -212,9 +214,10 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     assert!(before.has(r#"id="workers""#) && before.has(r#"id="oldest-claimable""#));
     assert!(before.has(r#"id="crash-recoveries""#));
 
-    // A worker claims one with a short lease and is lost; another takes it over.
+    // A worker claims one with a short lease and is lost; another takes it over. The
+    // lease must outlive the page read below on a loaded machine (100 ms did not).
     let lost = store
-        .claim_tools("lost-worker", 1, 100, &[TOOL.to_owned()])
+        .claim_tools("lost-worker", 1, LOST_LEASE_MS, &[TOOL.to_owned()])
         .await
         .expect("claim");
     assert_eq!(lost.len(), 1);
@@ -229,7 +232,7 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
         ids_in(&during.body, "workers"),
         vec![lost[0].lease.id.to_string()]
     );
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(LOST_LEASE_MS.unsigned_abs() + 150)).await;
     let rescuer = store
         .claim_tools("rescuer", 10, 60_000, &[TOOL.to_owned()])
         .await
