@@ -562,10 +562,12 @@ async fn relay_stderr(name: &str, stderr: Option<tokio::process::ChildStderr>) {
 pub(crate) fn client_info(name: &str, version: &str) -> ClientConfig {
     // Form elicitation and sampling are bridged to our tasks' inputRequests (see
     // `input.rs`), each only for a client that declared it; the upstream hears an error
-    // otherwise.
+    // otherwise. The Tasks extension lets a 2026-07-28 upstream run its task tools as
+    // tasks of its own, which we follow (`upstream_task.rs`); a server without it ignores it.
     let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
         "elicitation": { "form": {} },
         "sampling": {},
+        "extensions": { "io.modelcontextprotocol/tasks": {} },
     }))
     .unwrap_or_default();
     ClientConfig::new(

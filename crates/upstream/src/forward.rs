@@ -176,6 +176,9 @@ async fn call_once(
     loop {
         match call_round(conn, peer, tool, ctx, timeout, extra, &mut budget).await? {
             Round::Done(outcome) => return Ok(outcome),
+            Round::Task(created) => {
+                return crate::upstream_task::follow(conn, peer, tool, ctx, timeout, created).await;
+            }
             Round::Input(result) => {
                 let (requests, state) = crate::input::input_required(&result);
                 let answers =
@@ -191,6 +194,8 @@ enum Round {
     Done(Outcome),
     /// A 2026-07-28 `InputRequiredResult`, as JSON.
     Input(Value),
+    /// A 2026-07-28 `CreateTaskResult` (Tasks extension), as JSON.
+    Task(Value),
 }
 
 async fn call_round(
@@ -266,6 +271,9 @@ async fn call_round(
             .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))),
         Ok(ServerResult::InputRequiredResult(r)) => serde_json::to_value(r)
             .map(Round::Input)
+            .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))),
+        Ok(ServerResult::CreateTaskResult(r)) => serde_json::to_value(r)
+            .map(Round::Task)
             .map_err(|e| Failure::Protocol(ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))),
         Ok(other) => Err(Failure::Protocol(ErrorObject::new(
             codes::INTERNAL_ERROR,

@@ -2,8 +2,13 @@
 //! `tools/call`, answered with `CreateTaskResult`): followed with `tasks/get` until it
 //! ends, then `tasks/result`; its status messages become ours, and our cancellation
 //! becomes its `tasks/cancel`; while it is `input_required`, the requests it sends
-//! through `tasks/result` are bridged to our task (`input.rs`). rmcp models only the 2026-07-28 task shapes, so these
-//! requests go out as custom requests and their answers are read as JSON.
+//! through `tasks/result` are bridged to our task (`input.rs`).
+//!
+//! A 2026-07-28 upstream (Tasks extension, declared in our client capabilities) answers
+//! with a flat `CreateTaskResult`: [`follow`] polls `tasks/get` until it ends, takes the
+//! inline `result` or `error`, and answers its `inputRequests` with `tasks/update`.
+//! Both revisions' requests go out as custom requests (rmcp adds the 2026-07-28 request
+//! `_meta` itself) and their answers are read as JSON.
 
 use std::time::Duration;
 
@@ -44,15 +49,7 @@ pub(crate) async fn call(
     let mut task = created["task"].clone();
     loop {
         let status = task["status"].as_str().unwrap_or("working").to_owned();
-        if let Some(m) = task["statusMessage"].as_str()
-            && last_message.as_deref() != Some(m)
-        {
-            last_message = Some(m.to_owned());
-            if ctx.set_status(m).await.is_err() {
-                cancel(peer, &task_id).await;
-                return Err(Failure::Interrupted);
-            }
-        }
+        relay_status(peer, ctx, &task_id, &task, &mut last_message).await?;
         match status.as_str() {
             "completed" | "failed" => break,
             "cancelled" => return Err(Failure::Interrupted),
@@ -64,23 +61,158 @@ pub(crate) async fn call(
             }
             _ => {}
         }
-        if tokio::time::Instant::now() >= deadline {
-            cancel(peer, &task_id).await;
-            return Err(Failure::TimedOut);
-        }
-        let every = task["pollInterval"]
-            .as_u64()
-            .map_or(MIN_POLL, Duration::from_millis)
-            .clamp(MIN_POLL, Duration::from_secs(5));
-        if ctx.sleep(every).await.is_err() {
-            cancel(peer, &task_id).await;
-            return Err(Failure::Interrupted);
-        }
+        wait(peer, ctx, &task_id, &task["pollInterval"], deadline).await?;
         task = request(peer, "tasks/get", json!({ "taskId": task_id })).await?;
     }
     // tasks/result answers with the call's own result (or its JSON-RPC error).
     let result = request(peer, "tasks/result", json!({ "taskId": task_id })).await?;
     Ok(Outcome::Complete(without_related_task(result)))
+}
+
+/// A 2026-07-28 upstream task (`created` is its `CreateTaskResult`), followed to its end.
+pub(crate) async fn follow(
+    conn: &Connection,
+    peer: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    ctx: &ToolContext,
+    timeout: Duration,
+    created: Value,
+) -> Result<Outcome, Failure> {
+    let Some(task_id) = created["taskId"].as_str().map(str::to_owned) else {
+        return Err(Failure::Protocol(ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "Upstream {:?} answered tools/call with a task without a taskId",
+                conn.name()
+            ),
+        )));
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_message = None;
+    let mut budget = Budget::default();
+    // Keys are unique over a task's life, and `inputRequests` repeats a key until the
+    // upstream has applied its answer: one answered is not asked again.
+    let mut answered = std::collections::HashSet::new();
+    let mut task = created;
+    loop {
+        relay_status(peer, ctx, &task_id, &task, &mut last_message).await?;
+        match task["status"].as_str().unwrap_or("working") {
+            "completed" => {
+                return match task.get_mut("result").map(Value::take) {
+                    Some(result @ Value::Object(_)) => {
+                        Ok(Outcome::Complete(without_related_task(result)))
+                    }
+                    _ => Err(Failure::Protocol(ErrorObject::new(
+                        codes::INTERNAL_ERROR,
+                        format!(
+                            "Upstream {:?} completed task {task_id:?} without a result",
+                            conn.name()
+                        ),
+                    ))),
+                };
+            }
+            "failed" => {
+                let error = &task["error"];
+                let mut e = ErrorObject::new(
+                    error["code"].as_i64().unwrap_or(codes::INTERNAL_ERROR),
+                    error["message"]
+                        .as_str()
+                        .or(task["statusMessage"].as_str())
+                        .unwrap_or("the upstream's task failed"),
+                );
+                if let Some(data) = error.get("data") {
+                    e = e.with_data(data.clone());
+                }
+                return Err(Failure::Protocol(e));
+            }
+            "cancelled" => return Err(Failure::Interrupted),
+            "input_required" => {
+                let mut requests: Vec<(String, Value)> = task["inputRequests"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| !answered.contains(*k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                requests.sort_by(|a, b| a.0.cmp(&b.0));
+                if !requests.is_empty() {
+                    let answers = match crate::input::ask(
+                        conn.name(),
+                        tool,
+                        ctx,
+                        &mut budget,
+                        requests.clone(),
+                    )
+                    .await
+                    {
+                        Ok(answers) => answers,
+                        Err(e) => {
+                            cancel(peer, &task_id).await;
+                            return Err(e);
+                        }
+                    };
+                    let responses: serde_json::Map<String, Value> =
+                        requests.into_iter().map(|(k, _)| k).zip(answers).collect();
+                    answered.extend(responses.keys().cloned());
+                    request(
+                        peer,
+                        "tasks/update",
+                        json!({ "taskId": task_id, "inputResponses": responses }),
+                    )
+                    .await?;
+                    task = request(peer, "tasks/get", json!({ "taskId": task_id })).await?;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        wait(peer, ctx, &task_id, &task["pollIntervalMs"], deadline).await?;
+        task = request(peer, "tasks/get", json!({ "taskId": task_id })).await?;
+    }
+}
+
+/// The upstream task's status message, new since the last, as ours.
+async fn relay_status(
+    peer: &rmcp::Peer<RoleClient>,
+    ctx: &ToolContext,
+    task_id: &str,
+    task: &Value,
+    last_message: &mut Option<String>,
+) -> Result<(), Failure> {
+    if let Some(m) = task["statusMessage"].as_str()
+        && last_message.as_deref() != Some(m)
+    {
+        *last_message = Some(m.to_owned());
+        if ctx.set_status(m).await.is_err() {
+            cancel(peer, task_id).await;
+            return Err(Failure::Interrupted);
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps the upstream's poll interval (within bounds) before its next `tasks/get`;
+/// our cancellation or the call's deadline becomes its `tasks/cancel`.
+async fn wait(
+    peer: &rmcp::Peer<RoleClient>,
+    ctx: &ToolContext,
+    task_id: &str,
+    interval: &Value,
+    deadline: tokio::time::Instant,
+) -> Result<(), Failure> {
+    if tokio::time::Instant::now() >= deadline {
+        cancel(peer, task_id).await;
+        return Err(Failure::TimedOut);
+    }
+    let every = interval
+        .as_u64()
+        .map_or(MIN_POLL, Duration::from_millis)
+        .clamp(MIN_POLL, Duration::from_secs(5));
+    if ctx.sleep(every).await.is_err() {
+        cancel(peer, task_id).await;
+        return Err(Failure::Interrupted);
+    }
+    Ok(())
 }
 
 fn without_related_task(mut result: Value) -> Value {

@@ -11,6 +11,7 @@ mod fastmcp_input;
 #[path = "../../../crates/wire/tests/official/mod.rs"]
 mod official;
 mod routing;
+mod tasks_2026;
 
 use std::path::PathBuf;
 use std::time::Duration;
