@@ -81,23 +81,31 @@ async fn provider(state: &AppState) -> Result<Arc<Provider>, String> {
         .await
 }
 
-fn client(
-    provider: &Provider,
-    redirect: String,
-) -> Result<
-    BasicClient<
-        oauth2::EndpointSet,
-        oauth2::EndpointNotSet,
-        oauth2::EndpointNotSet,
-        oauth2::EndpointNotSet,
-        oauth2::EndpointSet,
-    >,
-    String,
-> {
-    Ok(BasicClient::new(ClientId::new(provider.client_id.clone()))
+type Client = BasicClient<
+    oauth2::EndpointSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointSet,
+>;
+
+/// The OAuth client for a provider, and the API resource (RFC 8707) its tokens are for.
+fn client(state: &AppState, provider: &Provider) -> Result<(Client, String), String> {
+    let (Some(redirect), Some(resource)) = (
+        redirect_uri(state),
+        state
+            .config()
+            .protected_resource
+            .as_ref()
+            .map(|r| r.resource.clone()),
+    ) else {
+        return Err("the API has no resource URL".into());
+    };
+    let client = BasicClient::new(ClientId::new(provider.client_id.clone()))
         .set_auth_uri(AuthUrl::new(provider.authorize.clone()).map_err(|e| e.to_string())?)
         .set_token_uri(TokenUrl::new(provider.token.clone()).map_err(|e| e.to_string())?)
-        .set_redirect_uri(RedirectUrl::new(redirect).map_err(|e| e.to_string())?))
+        .set_redirect_uri(RedirectUrl::new(redirect).map_err(|e| e.to_string())?);
+    Ok((client, resource))
 }
 
 fn failed(why: &str) -> Response {
@@ -121,17 +129,7 @@ pub(crate) async fn start(State(state): State<AppState>) -> Response {
         Ok(p) => p,
         Err(why) => return failed(&why),
     };
-    let (Some(redirect), Some(resource)) = (
-        redirect_uri(&state),
-        state
-            .config()
-            .protected_resource
-            .as_ref()
-            .map(|r| r.resource.clone()),
-    ) else {
-        return failed("the API has no resource URL");
-    };
-    let client = match client(&provider, redirect) {
+    let (client, resource) = match client(&state, &provider) {
         Ok(c) => c,
         Err(why) => return failed(&why),
     };
@@ -233,17 +231,7 @@ pub(crate) async fn callback(
     if flow.client_id != provider.client_id {
         return failed("the sign-in was started with another client; try again");
     }
-    let (Some(redirect), Some(resource)) = (
-        redirect_uri(&state),
-        state
-            .config()
-            .protected_resource
-            .as_ref()
-            .map(|r| r.resource.clone()),
-    ) else {
-        return failed("the API has no resource URL");
-    };
-    let client = match client(&provider, redirect) {
+    let (client, resource) = match client(&state, &provider) {
         Ok(c) => c,
         Err(why) => return failed(&why),
     };
