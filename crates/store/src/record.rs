@@ -1,7 +1,8 @@
 //! A task row as the rest of the service sees it.
 
 use mcp_tasks_wire::service_messages::EndReason;
-use mcp_tasks_wire::{ErrorObject, TaskStatus, TaskView};
+use mcp_tasks_wire::{ErrorObject, RawTaskView, TaskStatus, TaskView};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -233,7 +234,11 @@ impl TryFrom<TaskRow> for TaskRecord {
 }
 
 /// The columns `tasks/get` shows, and no others (no arguments, answers or checkpoint to
-/// carry and parse for nothing).
+/// carry and parse for nothing). The result and input requests stay the text PostgreSQL
+/// sends: the answer carries them unchanged, so they are only scanned, never parsed into
+/// a tree. Nothing is trusted that was not before: jsonb holds only valid JSON, and what
+/// a worker stored there (a tool's result, an upstream's as its client library read it,
+/// input requests the worker composed) is what parsing and re-serialising used to send.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct ViewRow {
     id: Uuid,
@@ -243,8 +248,8 @@ pub(crate) struct ViewRow {
     updated_at: OffsetDateTime,
     ttl_ms: Option<i64>,
     poll_interval_ms: Option<i64>,
-    result: Option<Value>,
-    input_requests: Option<Value>,
+    result: Option<Box<RawValue>>,
+    input_requests: Option<Box<RawValue>>,
 }
 
 /// The columns of a [`ViewRow`].
@@ -256,12 +261,17 @@ macro_rules! view_columns {
 }
 pub(crate) use view_columns;
 
-impl TryFrom<ViewRow> for TaskView {
+impl TryFrom<ViewRow> for RawTaskView {
     type Error = StoreError;
 
     fn try_from(row: ViewRow) -> Result<Self, StoreError> {
         let standing = Standing::read(row.id, row.standing)?;
-        if row.input_requests.as_ref().is_some_and(|r| !r.is_object()) {
+        // jsonb prints an object with its brace first.
+        if row
+            .input_requests
+            .as_ref()
+            .is_some_and(|r| !r.get().starts_with('{'))
+        {
             return Err(corrupt(row.id, "input_requests is not an object"));
         }
         Ok(TaskView {
