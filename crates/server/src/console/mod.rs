@@ -29,6 +29,8 @@ mod inbox;
 mod layout;
 mod list;
 mod live;
+mod live_inbox;
+mod live_list;
 mod oauth;
 mod provider;
 mod schema_form;
@@ -142,15 +144,22 @@ fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Scripts: only the task page's own inline one, by hash.
+/// Scripts: only the console's own inline ones, by hash.
 fn csp() -> HeaderValue {
     static VALUE: std::sync::OnceLock<HeaderValue> = std::sync::OnceLock::new();
     VALUE
         .get_or_init(|| {
-            let hash = base64::engine::general_purpose::STANDARD
-                .encode(Sha256::digest(script::SCRIPT.as_bytes()));
+            let hashes: Vec<String> = script::ALL
+                .iter()
+                .map(|s| {
+                    let hash = base64::engine::general_purpose::STANDARD
+                        .encode(Sha256::digest(s.as_bytes()));
+                    format!("'sha256-{hash}'")
+                })
+                .collect();
+            let hashes = hashes.join(" ");
             let policy = format!(
-                "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{hash}'; \
+                "default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; \
                  connect-src 'self'; img-src 'self' data:; form-action 'self'; \
                  frame-ancestors 'none'; base-uri 'none'"
             );
