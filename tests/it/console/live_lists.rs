@@ -100,6 +100,29 @@ fn events_url(page: &Page) -> String {
     page.body[start..start + len].replace("&amp;", "&")
 }
 
+/// Every inline script of `page`, and whether the page's Content-Security-Policy allows
+/// it (a browser would refuse to run any other).
+fn scripts_allowed(page: &Page) -> Vec<(String, bool)> {
+    use base64::Engine;
+    use sha2::Digest;
+    let policy = page
+        .headers
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    page.body
+        .split("<script>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</script>").next())
+        .map(|script| {
+            let hash = base64::engine::general_purpose::STANDARD
+                .encode(sha2::Sha256::digest(script.as_bytes()));
+            let allowed = policy.contains(&format!("'sha256-{hash}'"));
+            (script.chars().take(60).collect(), allowed)
+        })
+        .collect()
+}
+
 fn confirm() -> Value {
     json!({ "confirm_delete": { "action": "accept", "content": { "confirm": true } } })
 }
@@ -124,6 +147,11 @@ async fn the_list_stream_follows_its_rows_and_tells_of_new_tasks() {
     let page = alice.get("/console/tasks").await;
     assert_eq!(page.status, 200, "{page:?}");
     assert!(page.has(&format!(r#"data-task-id="{waiting}""#)));
+    let scripts = scripts_allowed(&page);
+    assert!(
+        scripts.len() == 1 && scripts.iter().all(|(_, ok)| *ok),
+        "{scripts:?}"
+    );
     let url = events_url(&page);
     assert!(url.starts_with("/console/tasks/events?top="), "{url}");
     let mut live = Live::open(&alice, &url).await;
@@ -189,6 +217,11 @@ async fn the_inbox_stream_shows_what_starts_waiting_and_drops_what_was_answered(
     assert_eq!(page.status, 200, "{page:?}");
     assert!(page.headers.get("refresh").is_none(), "live, not reloaded");
     assert!(page.has(r#"data-events="/console/inbox/events""#));
+    let scripts = scripts_allowed(&page);
+    assert!(
+        scripts.len() == 1 && scripts.iter().all(|(_, ok)| *ok),
+        "{scripts:?}"
+    );
     let mut live = Live::open(&alice, "/console/inbox/events").await;
     let first = live
         .until("the inbox as it is", |m| m["html"].is_string())
