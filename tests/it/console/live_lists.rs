@@ -361,3 +361,45 @@ async fn a_stream_carries_only_what_its_viewer_may_see() {
     drop((alice_live, admin_live, alice_inbox));
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streams_count_against_the_principals_open_streams_and_end_on_shutdown() {
+    let app = TestApp::builder()
+        .config(|c| {
+            console_on(c);
+            c.max_streams_per_principal = 2;
+        })
+        .start()
+        .await;
+    let alice = Console::new(app.url()).signed_as("default", "alice");
+    alice.open().await;
+    let page = alice.get("/console/tasks").await;
+    let mut list = Live::open(&alice, &events_url(&page)).await;
+    let mut inbox = Live::open(&alice, "/console/inbox/events").await;
+    inbox.until("the inbox", |m| m["html"].is_string()).await;
+    // (Read as a stream: a stream let through would never end.)
+    let third = alice.send_get("/console/tasks/events").await;
+    assert_eq!(third.status(), 429, "a third stream was let through");
+    assert!(third.headers().get("retry-after").is_some());
+    drop(third);
+    // Another principal has streams of its own.
+    let bob = Console::new(app.url()).signed_as("default", "bob");
+    bob.open().await;
+    let theirs = bob.send_get("/console/inbox/events").await;
+    assert_eq!(theirs.status(), 200);
+    drop(theirs);
+
+    // Shutting the replica down ends them.
+    let stopping = tokio::spawn(app.stop());
+    let deadline = Instant::now() + PATIENCE;
+    for live in [&mut list, &mut inbox] {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "a stream outlived the shutdown");
+            if live.events.next_event(left).await.is_none() {
+                break;
+            }
+        }
+    }
+    stopping.await.expect("stopped");
+}

@@ -28,7 +28,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::response::sse::Event;
 use futures::{FutureExt, StreamExt};
-use mcp_tasks_store::{ListCursor, Owner, Scope, TaskId, TaskSummary};
+use mcp_tasks_store::{ListCursor, Owner, Scope, TaskId, TaskPage, TaskSummary};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio_stream::StreamMap;
@@ -73,13 +73,23 @@ pub(crate) async fn events(
         let bound = top.created_at + time::Duration::microseconds(1);
         filter.created_before = Some(filter.created_before.map_or(bound, |b| b.min(bound)));
     }
-    let page = match state
-        .store()
-        .console_tasks(&scope, &filter, params.after, PAGE)
-        .await
-    {
-        Ok(page) => page,
-        Err(e) => return layout::store_error(e),
+    let first_page = params.after.is_none();
+    let page = if first_page && top.is_none() {
+        // The page was empty: no row to follow, everything is new.
+        TaskPage {
+            tasks: Vec::new(),
+            next: None,
+            scan_capped: false,
+        }
+    } else {
+        match state
+            .store()
+            .console_tasks(&scope, &filter, params.after, PAGE)
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => return layout::store_error(e),
+        }
     };
     let rows: Vec<&TaskSummary> = page
         .tasks
@@ -104,7 +114,6 @@ pub(crate) async fn events(
             Err(e) => return layout::store_error(e),
         }
     }
-    let first_page = params.after.is_none();
     let source = LiveList {
         requery: first_page.then(|| Requery::new(&state, BACKSTOP)),
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),

@@ -4,12 +4,13 @@
 //! Pages are rendered on the server with `maud` (compile-time checked, escaped by
 //! default) and are complete without JavaScript: reading works with scripts off, a
 //! reload shows the current state, and every action is a plain form POST answered with
-//! 303 back to the page. The only script is a few inline lines on the task page that
+//! 303 back to the page. The only scripts are a few inline lines on the task page that
 //! follow `GET /console/tasks/{id}/events` (SSE, from the same push hub as the
 //! `subscriptions/listen` streams) and put the new status, message and input forms in
-//! place. That is all the live part needs, so neither htmx nor any other library is
-//! shipped: nothing to vendor, pin or build, and the Content-Security-Policy allows that
-//! one script by its hash and nothing else.
+//! place, and as few on the tasks list and the inbox (`live_list`, `live_inbox`). That
+//! is all the live parts need, so neither htmx nor any other library is shipped:
+//! nothing to vendor, pin or build, and the Content-Security-Policy allows those
+//! scripts by their hashes and nothing else.
 //!
 //! Access follows the API's rules (`session`): the API's authenticator verifies the
 //! session's bearer token on every request, a principal sees its own tasks, an admin
