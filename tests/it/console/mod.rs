@@ -19,6 +19,7 @@ mod live_lists;
 mod oauth;
 mod replicas;
 mod views;
+mod workers;
 
 use mcp_tasks_server::{ConsoleConfig, ServerConfig};
 use reqwest::header::HeaderMap;
