@@ -120,6 +120,7 @@ impl AppState {
         let hub = Hub::start(
             store.clone(),
             config.hub.clone(),
+            config.console.is_some(),
             &background.tasks,
             background.stop.clone(),
         );

@@ -23,7 +23,8 @@ use crate::{DbResult, Result, Store, TaskId};
 /// What a stream listens for. [`Event::Resync`] comes whatever is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {
-    /// [`Event::Runnable`]: for workers.
+    /// [`Event::Runnable`]: for workers (and for a replica whose console lists look for
+    /// new tasks when it comes).
     Runnable,
     /// [`Event::CancelRequested`]: for workers.
     CancelRequested,

@@ -238,3 +238,67 @@ async fn console_signs_in_with_oauth_and_pkce_through_the_authorization_server()
     );
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_tasks_list_and_inbox_change_live_without_a_reload() {
+    let mut console = Console::start().await;
+    let alice = console.client("alice", "acme");
+    let browser = Browser::open(&console.origin).await;
+    browser
+        .sign_in_with_token(&console.token("alice", "acme"))
+        .await;
+    // No worker yet: the task waits, `working`, while the list is opened.
+    let (id, _) = create_task(&alice, "generate_report", json!({ "size": "small" })).await;
+    browser.goto("/console/tasks").await;
+    let row = format!("tr[data-task-id=\"{id}\"]");
+    browser
+        .wait_text(&format!("{row} .status"), "working")
+        .await;
+    assert_eq!(
+        browser.text("#new-tasks").await.as_deref(),
+        Some(""),
+        "the new-tasks notice shows before anything is new"
+    );
+    browser.mark().await;
+
+    // The worker claims it and asks for input: the row says so by itself.
+    console.start_worker();
+    browser
+        .wait_text(&format!("{row} .status"), "input_required")
+        .await;
+    browser
+        .wait_text_containing(&format!("{row} .attempt"), "1 of ")
+        .await;
+    // A task made now is announced, with a link to the newest tasks.
+    let (new, _) = create_task(&alice, "generate_report", json!({ "size": "medium" })).await;
+    browser
+        .wait_text_containing("#new-tasks", "1 new task")
+        .await;
+    assert!(
+        browser.still_marked().await,
+        "the list was reloaded: its rows must update live"
+    );
+    browser.shot("tasks-live").await;
+
+    // The inbox: both wait for alice; answering one takes it out, live.
+    browser.goto("/console/inbox").await;
+    let first = format!("#inbox li[data-task-id=\"{id}\"]");
+    let second = format!("#inbox li[data-task-id=\"{new}\"]");
+    browser.wait_for(&first).await;
+    browser.wait_for(&second).await;
+    browser.mark().await;
+    let answer = json!({ "approve_outline": { "action": "decline" } });
+    alice.update_task(&id, answer).await.expect("tasks/update");
+    browser
+        .wait_until("the answered task to leave the inbox", || async {
+            browser.find(&first).await.is_none()
+        })
+        .await;
+    assert!(browser.find(&second).await.is_some());
+    assert!(
+        browser.still_marked().await,
+        "the inbox was reloaded: it must update live"
+    );
+    browser.shot("inbox-live").await;
+    browser.close().await;
+}

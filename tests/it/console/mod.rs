@@ -5,6 +5,8 @@
 //! [`Console`] stands in for a browser: it keeps cookies, never follows redirects (the
 //! tests check each one), and reads the CSRF token from the page it was served.
 //!
+//! `live_lists`: the live parts of the tasks list and the inbox.
+//!
 //! `browser`, `browser_tasks`, `browser_access`: the acceptance of issue 15 in a real
 //! browser, Debian's chromium over WebDriver, with a screenshot of every page.
 
@@ -13,6 +15,7 @@ mod actions;
 mod browser;
 mod browser_access;
 mod browser_tasks;
+mod live_lists;
 mod oauth;
 mod replicas;
 mod views;

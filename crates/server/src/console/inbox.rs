@@ -1,26 +1,27 @@
 //! `GET /console/inbox`: every task of the signed-in principal that waits for input,
 //! oldest first (an admin's inbox is its own too: only an owner answers its tasks). The
-//! page asks the browser to reload it every few seconds (`Refresh`), so what starts
-//! waiting shows up without a script.
+//! page is complete as served; with JavaScript, `live_inbox` puts each change of the list
+//! in place, so what starts waiting shows up and what was answered leaves.
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use maud::html;
+use maud::{Markup, PreEscaped, html};
+use mcp_tasks_store::TaskSummary;
 
 use super::session::Viewer;
-use super::{layout, timeline};
+use super::{layout, live_inbox, script, timeline};
 use crate::AppState;
 
 /// Most tasks listed.
-const LIMIT: i64 = 200;
-/// Seconds between reloads.
-pub(super) const REFRESH: &str = "10";
+pub(super) const LIMIT: i64 = 200;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/console/inbox", get(page))
+    Router::new()
+        .route("/console/inbox", get(page))
+        .route("/console/inbox/events", get(live_inbox::events))
 }
 
 async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
@@ -31,11 +32,20 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
     let body = html! {
         h1 { "Inbox" }
         p { "Tasks of yours that wait for your input, oldest first." }
+        div #inbox-live data-events="/console/inbox/events" { (items(&waiting)) }
+        script { (PreEscaped(script::INBOX)) }
+    };
+    layout::respond(StatusCode::OK, layout::page(&viewer, "Inbox", body))
+}
+
+/// The list itself, as the page and each live update show it.
+pub(super) fn items(waiting: &[TaskSummary]) -> Markup {
+    html! {
         @if waiting.is_empty() {
             p #inbox-empty { "Nothing waits for you." }
         }
         ul #inbox {
-            @for t in &waiting {
+            @for t in waiting {
                 li data-task-id=(t.id) {
                     a href={ "/console/tasks/" (t.id) } { code { (t.id) } }
                     " " strong { (t.tool) }
@@ -50,10 +60,5 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
         @if waiting.len() as i64 >= LIMIT {
             p { "Showing the oldest " (LIMIT) "." }
         }
-    };
-    let mut response = layout::respond(StatusCode::OK, layout::page(&viewer, "Inbox", body));
-    response
-        .headers_mut()
-        .insert("refresh", HeaderValue::from_static(REFRESH));
-    response
+    }
 }

@@ -1,7 +1,9 @@
 //! `GET /console/tasks`: the viewer's tasks (an admin's: the whole tenant's), newest
 //! first, filtered by the GET parameters of a plain form (`status`, `tool`, `age`,
 //! `attempts`, `owner`) and paged by keyset (`after`), with counts by status. Nothing
-//! here needs JavaScript.
+//! here needs JavaScript; with it, `live_list` keeps the rows' status, attempt and
+//! message current and tells of new tasks (`top` is for that stream: the newest row the
+//! page showed).
 //!
 //! The store bounds every page (see `mcp_tasks_store::console`): a rare filter may give a
 //! short page that says how far it looked, and its "next" link looks on from there.
@@ -11,7 +13,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use maud::{Markup, html};
+use maud::{Markup, PreEscaped, html};
 use mcp_tasks_store::{
     ListCursor, SCAN_LIMIT, Scope, StatusCount, TaskFilter, TaskId, TaskPage, TaskSummary,
 };
@@ -19,16 +21,18 @@ use mcp_tasks_wire::TaskStatus;
 use time::OffsetDateTime;
 
 use super::session::Viewer;
-use super::{layout, timeline};
+use super::{layout, live_list, script, timeline};
 use crate::AppState;
 
 /// Rows per page.
-const PAGE: i64 = 50;
+pub(super) const PAGE: i64 = 50;
 /// Longest filter value read (a tool name, an owner); longer ones are refused.
 const MAX_PARAM: usize = 200;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/console/tasks", get(page))
+    Router::new()
+        .route("/console/tasks", get(page))
+        .route("/console/tasks/events", get(live_list::events))
 }
 
 /// The form's fields as given (echoed back into the form), and what they mean.
@@ -38,8 +42,10 @@ pub(super) struct Params {
     tool: String,
     age: String,
     attempts: String,
-    owner: String,
-    after: Option<ListCursor>,
+    pub(super) owner: String,
+    pub(super) after: Option<ListCursor>,
+    /// The events stream's: the page's newest row (none: the page was empty).
+    pub(super) top: Option<ListCursor>,
 }
 
 /// Reads the query string; `Err` names the field that makes no sense.
@@ -58,6 +64,9 @@ pub(super) fn parse(query: Option<&str>) -> Result<Params, String> {
             "owner" => p.owner = value,
             "after" if !value.is_empty() => {
                 p.after = Some(parse_cursor(&value).ok_or("after is not a page cursor")?);
+            }
+            "top" if !value.is_empty() => {
+                p.top = Some(parse_cursor(&value).ok_or("top is not a page cursor")?);
             }
             _ => {}
         }
@@ -97,7 +106,7 @@ fn duration_secs(s: &str) -> Option<i64> {
 impl Params {
     /// The store's filter; `age` is `<15m` (created within the last 15 minutes; a bare
     /// `15m` too) or `>1h` (created more than an hour ago).
-    fn filter(&self, now: OffsetDateTime) -> Result<TaskFilter, String> {
+    pub(super) fn filter(&self, now: OffsetDateTime) -> Result<TaskFilter, String> {
         let status = match self.status.as_str() {
             "" => None,
             s => Some(
@@ -140,7 +149,19 @@ impl Params {
     }
 
     /// This query string with `after` replaced.
-    fn with_after(&self, after: Option<&ListCursor>) -> String {
+    pub(super) fn with_after(&self, after: Option<&ListCursor>) -> String {
+        self.query(after, None)
+    }
+
+    /// The URL of this page's events stream, whose newest row is `top`.
+    fn events_url(&self, top: Option<&ListCursor>) -> String {
+        format!(
+            "/console/tasks/events?{}",
+            self.query(self.after.as_ref(), top)
+        )
+    }
+
+    fn query(&self, after: Option<&ListCursor>, top: Option<&ListCursor>) -> String {
         let mut q = url::form_urlencoded::Serializer::new(String::new());
         for (k, v) in [
             ("status", &self.status),
@@ -155,6 +176,9 @@ impl Params {
         }
         if let Some(c) = after {
             q.append_pair("after", &cursor_text(c));
+        }
+        if let Some(c) = top {
+            q.append_pair("top", &cursor_text(c));
         }
         q.finish()
     }
@@ -201,10 +225,19 @@ async fn page(
 }
 
 fn body(viewer: &Viewer, params: &Params, page: &TaskPage, counts: &[StatusCount]) -> Markup {
+    let top = page.tasks.first().map(|t| ListCursor {
+        created_at: t.created_at,
+        id: t.id,
+    });
     html! {
         h1 { "Tasks" }
         (status_counts(params, counts))
         (filter_form(viewer, params))
+        // Filled in and shown by the script when new tasks match (see `live_list`).
+        p #new-tasks hidden data-events=(params.events_url(top.as_ref())) {
+            span .count {} " — "
+            a href={ "/console/tasks?" (params.with_after(None)) } { "show" }
+        }
         @if page.tasks.is_empty() {
             p #no-tasks { "No tasks match." }
         } @else {
@@ -219,6 +252,7 @@ fn body(viewer: &Viewer, params: &Params, page: &TaskPage, counts: &[StatusCount
         @if params.after.is_some() {
             p { a #first-page href={ "/console/tasks?" (params.with_after(None)) } { "← Newest" } }
         }
+        script { (PreEscaped(script::LIST)) }
     }
 }
 
@@ -316,9 +350,9 @@ fn table(viewer: &Viewer, tasks: &[TaskSummary]) -> Markup {
                         td .status { (t.status.as_str()) }
                         td { (t.tool) }
                         @if viewer.is_admin { td { (t.owner.principal) } }
-                        td { (t.attempt) " of " (t.max_attempts) }
+                        td .attempt { (t.attempt) " of " (t.max_attempts) }
                         td { time datetime=(timeline::when(t.created_at)) { (timeline::when(t.created_at)) } }
-                        td { (t.status_message.as_deref().unwrap_or_default()) }
+                        td .message { (t.status_message.as_deref().unwrap_or_default()) }
                     }
                 }
             }

@@ -114,3 +114,60 @@ impl EventSource for LiveTask {
         }
     }
 }
+
+/// Least time between two re-reads of one list stream's query.
+const MIN_GAP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When a console list stream (`live_list`, `live_inbox`) re-runs its page's query: soon
+/// after the hub hears a wake-up of the workers (a task was created, resumed or released,
+/// on any replica) or a resync, or after [`Requery::poke`]; at most once per [`MIN_GAP`];
+/// and every `backstop` whatever happens. Between wake-ups it does nothing, and during
+/// the gap after a re-read it does not even look at the wake-ups (a flood of them costs
+/// a stream one look per gap).
+pub(crate) struct Requery {
+    runnable: tokio::sync::watch::Receiver<u64>,
+    backstop: std::time::Duration,
+    last: tokio::time::Instant,
+    pending: bool,
+}
+
+impl Requery {
+    /// Due at once (the stream's first read), then as above.
+    pub(crate) fn new(state: &AppState, backstop: std::time::Duration) -> Self {
+        let mut runnable = state.hub().runnable();
+        runnable.mark_unchanged();
+        Self {
+            runnable,
+            backstop,
+            last: tokio::time::Instant::now() - MIN_GAP,
+            pending: true,
+        }
+    }
+
+    /// Something the stream saw makes its query worth re-running.
+    pub(crate) fn poke(&mut self) {
+        self.pending = true;
+    }
+
+    /// Resolves when the query should run again. Cancel-safe: a wake-up heard before the
+    /// future is dropped stays pending.
+    pub(crate) async fn due(&mut self) {
+        tokio::time::sleep_until(self.last + MIN_GAP).await;
+        if !self.pending {
+            let backstop = tokio::time::sleep_until(self.last + self.backstop);
+            tokio::pin!(backstop);
+            tokio::select! {
+                changed = self.runnable.changed() => {
+                    // No hub any more (the replica is stopping): the backstop only.
+                    if changed.is_err() {
+                        backstop.await;
+                    }
+                }
+                () = &mut backstop => {}
+            }
+        }
+        self.runnable.mark_unchanged();
+        self.pending = false;
+        self.last = tokio::time::Instant::now();
+    }
+}

@@ -4,12 +4,13 @@
 //! Pages are rendered on the server with `maud` (compile-time checked, escaped by
 //! default) and are complete without JavaScript: reading works with scripts off, a
 //! reload shows the current state, and every action is a plain form POST answered with
-//! 303 back to the page. The only script is a few inline lines on the task page that
+//! 303 back to the page. The only scripts are a few inline lines on the task page that
 //! follow `GET /console/tasks/{id}/events` (SSE, from the same push hub as the
 //! `subscriptions/listen` streams) and put the new status, message and input forms in
-//! place. That is all the live part needs, so neither htmx nor any other library is
-//! shipped: nothing to vendor, pin or build, and the Content-Security-Policy allows that
-//! one script by its hash and nothing else.
+//! place, and as few on the tasks list and the inbox (`live_list`, `live_inbox`). That
+//! is all the live parts need, so neither htmx nor any other library is shipped:
+//! nothing to vendor, pin or build, and the Content-Security-Policy allows those
+//! scripts by their hashes and nothing else.
 //!
 //! Access follows the API's rules (`session`): the API's authenticator verifies the
 //! session's bearer token on every request, a principal sees its own tasks, an admin
@@ -29,6 +30,8 @@ mod inbox;
 mod layout;
 mod list;
 mod live;
+mod live_inbox;
+mod live_list;
 mod oauth;
 mod provider;
 mod schema_form;
@@ -142,15 +145,22 @@ fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Scripts: only the task page's own inline one, by hash.
+/// Scripts: only the console's own inline ones, by hash.
 fn csp() -> HeaderValue {
     static VALUE: std::sync::OnceLock<HeaderValue> = std::sync::OnceLock::new();
     VALUE
         .get_or_init(|| {
-            let hash = base64::engine::general_purpose::STANDARD
-                .encode(Sha256::digest(script::SCRIPT.as_bytes()));
+            let hashes: Vec<String> = script::ALL
+                .iter()
+                .map(|s| {
+                    let hash = base64::engine::general_purpose::STANDARD
+                        .encode(Sha256::digest(s.as_bytes()));
+                    format!("'sha256-{hash}'")
+                })
+                .collect();
+            let hashes = hashes.join(" ");
             let policy = format!(
-                "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{hash}'; \
+                "default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; \
                  connect-src 'self'; img-src 'self' data:; form-action 'self'; \
                  frame-ancestors 'none'; base-uri 'none'"
             );

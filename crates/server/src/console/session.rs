@@ -174,7 +174,12 @@ impl Viewer {
     /// Whether the viewer may see this task at all: its own, or any of its tenant's as an
     /// admin. Never another tenant's.
     pub(crate) fn can_see(&self, task: &TaskRecord) -> bool {
-        task.owner.tenant == self.owner.tenant && (self.is_owner(task) || self.is_admin)
+        self.may_see(&task.owner)
+    }
+
+    /// [`Viewer::can_see`] for a task of `owner`.
+    pub(crate) fn may_see(&self, owner: &Owner) -> bool {
+        owner.tenant == self.owner.tenant && (*owner == self.owner || self.is_admin)
     }
 
     /// Whether the task is the viewer's own: only then are its arguments, answers and

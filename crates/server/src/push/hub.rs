@@ -69,6 +69,9 @@ pub(crate) enum Snapshot {
 pub(crate) struct TaskSnapshot {
     pub(crate) version: i64,
     pub(crate) status: TaskStatus,
+    /// Claims of the current run, and how many it may have (the console's list shows them).
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
     /// The `DetailedTask` as `tasks/get` shows it, without `resultType`.
     pub(crate) detailed: Map<String, Value>,
 }
@@ -78,6 +81,8 @@ impl TaskSnapshot {
         Self {
             version: record.version,
             status: record.status,
+            attempt: record.attempt,
+            max_attempts: record.max_attempts,
             detailed: record.view().detailed(),
         }
     }
@@ -96,6 +101,12 @@ struct Inner {
     entries: Mutex<HashMap<TaskId, Entry>>,
     dirty: Mutex<HashSet<TaskId>>,
     dirty_ready: Notify,
+    /// Counts the "something may be claimable" wake-ups heard (a task was created,
+    /// resumed or released) and the resyncs, when the hub listens for them (the console
+    /// is on). The console's lists re-run their query when it moves; a `watch` folds any
+    /// number of moves into one for a stream that has not looked yet.
+    runnable: watch::Sender<u64>,
+    hear_runnable: bool,
 }
 
 impl Inner {
@@ -190,9 +201,13 @@ impl Drop for WatchGuard {
 impl Hub {
     /// Starts the hub's loops on `tasks` (so that shutdown can wait for them); they stop
     /// with `shutdown`.
+    ///
+    /// With `hear_runnable` (the console is on) it also listens for the workers' wake-ups
+    /// (see [`Hub::runnable`]).
     pub(crate) fn start(
         store: Store,
         config: HubConfig,
+        hear_runnable: bool,
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
@@ -202,11 +217,21 @@ impl Hub {
             entries: Mutex::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
             dirty_ready: Notify::new(),
+            runnable: watch::Sender::new(0),
+            hear_runnable,
         });
         tasks.spawn(listen_loop(inner.clone(), shutdown.clone()));
         tasks.spawn(fetch_loop(inner.clone(), shutdown.clone()));
         tasks.spawn(upkeep_loop(inner.clone(), shutdown));
         Self { inner }
+    }
+
+    /// Moves on every wake-up of the workers heard from any replica (a task was created,
+    /// resumed or released: the coalesced `mcp_tasks_runnable`, see
+    /// `mcp_tasks_store::Waker`) and on every resync, so a console list can re-read what
+    /// may have appeared. Never moves unless the hub was started with `hear_runnable`.
+    pub(crate) fn runnable(&self) -> watch::Receiver<u64> {
+        self.inner.runnable.subscribe()
     }
 
     /// Subscribes to tasks of `owner`. Ids that are not this owner's tasks are left out
@@ -296,8 +321,13 @@ impl Hub {
 /// Follows the store's change events: a change to a task this replica watches (and has
 /// an older version of) marks it dirty; a resync marks everything dirty.
 async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let kinds: &[EventKind] = if inner.hear_runnable {
+        &[EventKind::Changed, EventKind::Runnable]
+    } else {
+        &[EventKind::Changed]
+    };
     let mut events = inner.store.events(
-        &[EventKind::Changed],
+        kinds,
         EventsConfig {
             probe_every: inner.config.probe_every,
             probe_timeout: inner.config.probe_timeout,
@@ -321,8 +351,10 @@ async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
                     "push: resynchronising; re-reading watched tasks"
                 );
                 inner.mark_dirty(watched);
+                inner.runnable.send_modify(|n| *n = n.wrapping_add(1));
             }
-            Event::Runnable | Event::CancelRequested(_) => {}
+            Event::Runnable => inner.runnable.send_modify(|n| *n = n.wrapping_add(1)),
+            Event::CancelRequested(_) => {}
         }
     }
 }
