@@ -1,8 +1,9 @@
-//! The live parts of the tasks list and the inbox over HTTP: each stream's events as the
-//! page's script reads them. A row's status change arrives on the list's stream, a new
-//! task is announced there, a task that starts waiting for input arrives on the inbox's
-//! and leaves once answered or cancelled; and no stream ever carries a task its viewer
-//! may not see (an admin's: its own tenant's only).
+//! The live parts of the tasks list, the inbox and the health page over HTTP: each
+//! stream's events as the page's script reads them. A row's status change arrives on the
+//! list's stream, a new task is announced there, a task that starts waiting for input
+//! arrives on the inbox's and leaves once answered or cancelled, the health figures move
+//! when a task is created; and no stream ever carries a task its viewer may not see (an
+//! admin's: its own tenant's only).
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use mcp_tasks_server::{AdminClaim, ConsoleConfig};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Console, Page, console_on};
+use super::{Console, Page, console_on, text_of};
 use crate::harness::TestApp;
 use crate::harness::fixtures::{create_task, task_in_status};
 use crate::harness::http::sse::SseStream;
@@ -359,6 +360,55 @@ async fn a_stream_carries_only_what_its_viewer_may_see() {
     admin_live.never_carried(&[&eve_new, &eve_old]);
     alice_inbox.never_carried(&[&bob_new, &eve_new, &eve_old]);
     drop((alice_live, admin_live, alice_inbox));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_stream_moves_with_the_queue_and_counts_only_the_viewers_tasks() {
+    // No workers: what is created stays in the queue.
+    let app = TestApp::builder().config(console_on).start().await;
+    // Bob's queued tasks are not alice's figures: her page and her stream's first event,
+    // read after they exist, must not count them.
+    let (bobs, _) = create_task(
+        &app.client("bob"),
+        "confirm_delete",
+        json!({ "filename": "b" }),
+    )
+    .await;
+    let alice = Console::new(app.url()).signed_as("default", "alice");
+    alice.open().await;
+    let page = alice.get("/console/health").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.headers.get("refresh").is_none(), "live, not reloaded");
+    assert!(page.has(r#"data-events="/console/health/events""#));
+    assert_eq!(text_of(&page.body, "queue-depth").as_deref(), Some("0"));
+    let scripts = scripts_allowed(&page);
+    assert!(
+        scripts.len() == 1 && scripts.iter().all(|(_, ok)| *ok),
+        "{scripts:?}"
+    );
+    let depth = |m: &Value| m["html"].as_str().and_then(|h| text_of(h, "queue-depth"));
+    let mut live = Live::open(&alice, "/console/health/events").await;
+    let first = live
+        .until("the figures as they are", |m| depth(m).is_some())
+        .await;
+    assert_eq!(depth(&first).as_deref(), Some("0"), "{first}");
+
+    // Hers is, once created.
+    create_task(
+        &app.client("alice"),
+        "confirm_delete",
+        json!({ "filename": "a" }),
+    )
+    .await;
+    let moved = live
+        .until("alice's task in the queue", |m| {
+            depth(m).as_deref() != Some("0")
+        })
+        .await;
+    assert_eq!(depth(&moved).as_deref(), Some("1"), "{moved}");
+    live.never_carried(&[&bobs]);
+    drop(live);
     app.stop().await;
 }
 

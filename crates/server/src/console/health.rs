@@ -5,53 +5,64 @@
 //! they run. An admin sees its tenant's figures; anyone else those of its own tasks.
 //! Workers are shared by every tenant: everyone sees their names (which its tasks'
 //! timelines show anyway), tools and liveness; only an admin their host and pid; and the
-//! running tasks under them are only those of the viewer's scope. The browser reloads
-//! the page every few seconds (`Refresh`).
+//! running tasks under them are only those of the viewer's scope. The figures update
+//! live (`live_health`); without JavaScript the page is complete as served.
 
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use maud::{Markup, html};
-use mcp_tasks_store::{Health, PercentileBucket, WorkerLoad, WorkerPresence};
+use maud::{Markup, PreEscaped, html};
+use mcp_tasks_store::{Health, PercentileBucket, StoreError, WorkerLoad, WorkerPresence};
 
 use super::list::{count_text, scope};
 use super::session::Viewer;
-use super::{layout, timeline};
+use super::{layout, live_health, script, timeline};
 use crate::AppState;
 
 const WINDOW: Duration = Duration::from_secs(3600);
 const BUCKETS: u32 = 12;
-const REFRESH: &str = "15";
 /// How long a worker that stopped refreshing its row is still listed, as gone.
 const GONE_SHOWN: Duration = Duration::from_secs(600);
 /// Running tasks listed per worker.
 const RUNNING_SHOWN: usize = 20;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/console/health", get(page))
+    Router::new()
+        .route("/console/health", get(page))
+        .route("/console/health/events", get(live_health::events))
 }
 
 async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
-    let scope = scope(&viewer, "");
-    let health = match state.store().console_health(&scope, WINDOW, BUCKETS).await {
-        Ok(h) => h,
+    let content = match content(&state, &viewer).await {
+        Ok(content) => content,
         Err(e) => return layout::store_error(e),
     };
-    let seen = match state.store().workers_seen(GONE_SHOWN).await {
-        Ok(seen) => seen,
-        Err(e) => return layout::store_error(e),
+    let body = html! {
+        h1 { "Health" }
+        div #health-live data-events="/console/health/events" { (content) }
+        script { (PreEscaped(script::HEALTH)) }
     };
+    layout::respond(StatusCode::OK, layout::page(&viewer, "Health", body))
+}
+
+/// Everything the page shows below its title, as read now for this viewer: what the
+/// live stream renders again.
+pub(super) async fn content(state: &AppState, viewer: &Viewer) -> Result<Markup, StoreError> {
+    let scope = scope(viewer, "");
+    let (health, seen) = tokio::try_join!(
+        state.store().console_health(&scope, WINDOW, BUCKETS),
+        state.store().workers_seen(GONE_SHOWN),
+    )?;
     let whose = if viewer.is_admin {
         "tenant"
     } else {
         "own tasks"
     };
-    let body = html! {
-        h1 { "Health" }
+    Ok(html! {
         p { "Figures for your " (whose) ", over the last hour." }
         (figures(&health))
         h2 { "Pickup delay" }
@@ -63,12 +74,7 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
         (percentile_table(&health))
         h2 { "Workers" }
         (workers(&health, &seen, viewer.is_admin))
-    };
-    let mut response = layout::respond(StatusCode::OK, layout::page(&viewer, "Health", body));
-    response
-        .headers_mut()
-        .insert("refresh", HeaderValue::from_static(REFRESH));
-    response
+    })
 }
 
 fn ms_text(ms: f64) -> String {

@@ -7,10 +7,10 @@
 //! 303 back to the page. The only scripts are a few inline lines on the task page that
 //! follow `GET /console/tasks/{id}/events` (SSE, from the same push hub as the
 //! `subscriptions/listen` streams) and put the new status, message and input forms in
-//! place, and as few on the tasks list and the inbox (`live_list`, `live_inbox`). That
-//! is all the live parts need, so neither htmx nor any other library is shipped:
-//! nothing to vendor, pin or build, and the Content-Security-Policy allows those
-//! scripts by their hashes and nothing else.
+//! place, and as few on the tasks list, the inbox and the health page (`live_list`,
+//! `live_inbox`, `live_health`). That is all the live parts need, so neither htmx nor
+//! any other library is shipped: nothing to vendor, pin or build, and the
+//! Content-Security-Policy allows those scripts by their hashes and nothing else.
 //!
 //! Access follows the API's rules (`session`): the API's authenticator verifies the
 //! session's bearer token on every request, a principal sees its own tasks, an admin
@@ -30,6 +30,7 @@ mod inbox;
 mod layout;
 mod list;
 mod live;
+mod live_health;
 mod live_inbox;
 mod live_list;
 mod oauth;

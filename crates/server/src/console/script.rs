@@ -12,5 +12,8 @@ pub(crate) const LIST: &str = r#"(function(){var n=document.getElementById("new-
 /// The inbox (see `live_inbox`): puts each new rendering of the list in place.
 pub(crate) const INBOX: &str = r#"(function(){var b=document.getElementById("inbox-live");if(!b||!window.EventSource)return;var es=new EventSource(b.getAttribute("data-events"));es.onmessage=function(m){b.innerHTML=JSON.parse(m.data).html;};})();"#;
 
+/// The health page (see `live_health`): puts each new rendering of its figures in place.
+pub(crate) const HEALTH: &str = r#"(function(){var b=document.getElementById("health-live");if(!b||!window.EventSource)return;var es=new EventSource(b.getAttribute("data-events"));es.onmessage=function(m){b.innerHTML=JSON.parse(m.data).html;};})();"#;
+
 /// Every script, for the Content-Security-Policy.
-pub(crate) const ALL: [&str; 3] = [SCRIPT, LIST, INBOX];
+pub(crate) const ALL: [&str; 4] = [SCRIPT, LIST, INBOX, HEALTH];
