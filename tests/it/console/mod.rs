@@ -13,7 +13,9 @@ mod actions;
 mod browser;
 mod browser_access;
 mod browser_tasks;
+mod cookie;
 mod oauth;
+mod renewal;
 mod replicas;
 mod views;
 

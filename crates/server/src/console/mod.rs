@@ -31,6 +31,7 @@ mod list;
 mod live;
 mod oauth;
 mod provider;
+mod renewal;
 mod schema_form;
 mod script;
 pub(crate) mod session;
@@ -68,6 +69,10 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .merge(list::routes())
         .merge(inbox::routes())
         .merge(health::routes())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            renewal::middleware,
+        ))
         .layer(middleware::from_fn_with_state(state, guard))
 }
 
