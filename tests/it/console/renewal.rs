@@ -67,7 +67,7 @@ impl Browser {
 
     /// The session cookie's value.
     fn session(&self) -> String {
-        let url = self.origin.parse().expect("origin");
+        let url = format!("{}/console/tasks", self.origin).parse().expect("url");
         let cookies = self.jar.cookies(&url).expect("cookies");
         cookies
             .to_str()
