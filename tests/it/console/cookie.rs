@@ -18,10 +18,13 @@ const NEW: &str = "0202020202020202020202020202020202020202020202020202020202020
 
 /// The viewer the replica at `origin` makes of `cookie`, or the redirect it answers.
 async fn viewer(origin: &str, cookie: &str) -> Result<String, (u16, String)> {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client");
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client")
+    });
     let page = client
         .get(format!("{origin}/console/tasks"))
         .header("cookie", format!("mcp_tasks_console={cookie}"))
@@ -74,21 +77,40 @@ async fn the_session_cookie_is_encrypted_opens_on_every_replica_with_the_key_and
     for skip in 0..3 {
         let bytes = &token.as_bytes()[skip..];
         for encoded in [STANDARD.encode(bytes), URL_SAFE_NO_PAD.encode(bytes)] {
-            assert!(!old.contains(&encoded[4..24]), "base64 of the token in {old}");
+            assert!(
+                !old.contains(&encoded[4..24]),
+                "base64 of the token in {old}"
+            );
         }
     }
 
     let alice = Ok("acme / alice".to_owned());
     let signed_out = Err((303, "/console/signin".to_owned()));
     assert_eq!(viewer(&origins[0], &old).await, alice);
-    assert_eq!(viewer(&origins[1], &old).await, alice, "the old key still opens");
-    assert_eq!(viewer(&origins[2], &old).await, signed_out, "the old key dropped");
+    assert_eq!(
+        viewer(&origins[1], &old).await,
+        alice,
+        "the old key still opens"
+    );
+    assert_eq!(
+        viewer(&origins[2], &old).await,
+        signed_out,
+        "the old key dropped"
+    );
 
     let signed = Console::new(&app.replicas[1].url).sign_in(&token).await;
     let new = value_of(&signed.set_cookies());
     assert_eq!(viewer(&origins[1], &new).await, alice);
-    assert_eq!(viewer(&origins[2], &new).await, alice, "sealed under the new key");
-    assert_eq!(viewer(&origins[0], &new).await, signed_out, "a key it lacks");
+    assert_eq!(
+        viewer(&origins[2], &new).await,
+        alice,
+        "sealed under the new key"
+    );
+    assert_eq!(
+        viewer(&origins[0], &new).await,
+        signed_out,
+        "a key it lacks"
+    );
 
     // Any byte altered, or the cookie cut short: no session, and no error.
     let flip = |c: u8| match c {

@@ -54,7 +54,12 @@ impl Browser {
             .await
             .expect("the authorization");
         assert_eq!(done.url().path(), "/console/oauth/callback");
-        assert_eq!(done.status(), 200, "{}", done.text().await.unwrap_or_default());
+        assert_eq!(
+            done.status(),
+            200,
+            "{}",
+            done.text().await.unwrap_or_default()
+        );
         let browser = Self {
             origin,
             jar,
@@ -67,7 +72,9 @@ impl Browser {
 
     /// The session cookie's value.
     fn session(&self) -> String {
-        let url = format!("{}/console/tasks", self.origin).parse().expect("url");
+        let url = format!("{}/console/tasks", self.origin)
+            .parse()
+            .expect("url");
         let cookies = self.jar.cookies(&url).expect("cookies");
         cookies
             .to_str()
@@ -162,12 +169,10 @@ async fn requests_renewing_at_once_share_one_renewal_of_the_rotated_refresh_toke
     // Eight requests with the same expired session at once: each renews, only one
     // spends the refresh token (a second spend would make the server revoke the grant).
     let origin = browser.origin.clone();
-    let answers = futures::future::join_all(
-        (0..8).map(|_| {
-            let (origin, stale) = (origin.clone(), stale.clone());
-            async move { with_cookie(&origin, &stale).await }
-        }),
-    )
+    let answers = futures::future::join_all((0..8).map(|_| {
+        let (origin, stale) = (origin.clone(), stale.clone());
+        async move { with_cookie(&origin, &stale).await }
+    }))
     .await;
     let mut renewed = Vec::new();
     for (viewer, cookie) in answers {
@@ -227,7 +232,10 @@ async fn a_session_that_cannot_be_renewed_ends_at_the_sign_in_page_with_the_reas
     // The authorization server gone: the next renewal ends the session, no error page.
     drop(auth);
     unreachable.past_expiry().await;
-    let page = unreachable.viewer().await.expect_err("no server to renew at");
+    let page = unreachable
+        .viewer()
+        .await
+        .expect_err("no server to renew at");
     assert!(page.starts_with("HTTP 401"), "{page}");
     assert!(page.contains("could not be reached"), "{page}");
     // Signed out: the sign-in page gave the browser a new, anonymous session.

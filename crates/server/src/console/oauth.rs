@@ -25,9 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::layout;
 use super::provider::Provider;
 use super::renewal;
-use super::session::{
-    MAX_TOKEN_BYTES, Session, cookie, cookie_header, now_ms, settings, sign_in,
-};
+use super::session::{MAX_TOKEN_BYTES, Session, cookie, cookie_header, now_ms, settings, sign_in};
 use crate::AppState;
 
 const COOKIE: &str = "mcp_tasks_console_oauth";

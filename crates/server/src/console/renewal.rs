@@ -54,7 +54,10 @@ impl RenewError {
         match self {
             Self::Ended(why) => {
                 tracing::info!(reason = %why, "console: session not renewed");
-                signin::ended(state, &format!("Your session has ended: {why}. Sign in again."))
+                signin::ended(
+                    state,
+                    &format!("Your session has ended: {why}. Sign in again."),
+                )
             }
             Self::Store(unavailable) => layout::unavailable(if unavailable {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -144,7 +147,10 @@ async fn exchange(
         .map_err(|e| {
             RenewError::Ended(match e {
                 RequestTokenError::ServerResponse(r) => {
-                    format!("the authorization server refused to renew it ({})", r.error())
+                    format!(
+                        "the authorization server refused to renew it ({})",
+                        r.error()
+                    )
                 }
                 RequestTokenError::Request(_) => {
                     "the authorization server could not be reached".into()
@@ -206,8 +212,10 @@ pub(crate) async fn middleware(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(mut current) =
-        Session::from_headers(&state, request.headers()).filter(|s| s.refresh.is_some())
+    // Signing in again goes ahead whatever the old session's state.
+    let signing_in = request.uri().path().starts_with("/console/oauth/");
+    let Some(mut current) = Session::from_headers(&state, request.headers())
+        .filter(|s| s.refresh.is_some() && !signing_in)
     else {
         return next.run(request).await;
     };

@@ -340,10 +340,8 @@ mod tests {
             issued_ms: i64::MAX,
             expires_ms: i64::MAX,
         };
-        let sealed = StateKeys::random().encrypt(
-            SESSION_PREFIX,
-            &serde_json::to_vec(&session).expect("json"),
-        );
+        let sealed = StateKeys::random()
+            .encrypt(SESSION_PREFIX, &serde_json::to_vec(&session).expect("json"));
         assert!(sealed.len() <= MAX_COOKIE_BYTES, "{}", sealed.len());
     }
 
@@ -362,6 +360,9 @@ mod tests {
         let json = serde_json::to_vec(&session).expect("json");
         let signed = keys.seal("mcpc1.", &json);
         assert_eq!(keys.open("mcpc1.", &signed, MAX_COOKIE_BYTES), Some(json));
-        assert_eq!(keys.decrypt(SESSION_PREFIX, &signed, MAX_COOKIE_BYTES), None);
+        assert_eq!(
+            keys.decrypt(SESSION_PREFIX, &signed, MAX_COOKIE_BYTES),
+            None
+        );
     }
 }

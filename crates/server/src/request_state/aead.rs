@@ -94,7 +94,9 @@ mod tests {
         );
         // Rotation: the new key first, the old one still opens what it sealed.
         assert_eq!(
-            keys(&format!("{B},{A}")).decrypt("x1.", &token, 4096).as_deref(),
+            keys(&format!("{B},{A}"))
+                .decrypt("x1.", &token, 4096)
+                .as_deref(),
             Some(&payload[..])
         );
         // Once the old key is dropped, it does not.
