@@ -32,6 +32,7 @@ mod sessions;
 mod stats;
 mod tenant_read;
 mod watch;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +58,9 @@ pub use record::{TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;
 pub use sessions::Revocation;
 pub use stats::{PoolStats, TaskStats};
+pub use workers::{
+    FORGET_WORKERS_AFTER, MISSED_REFRESHES, WORKERS_LIMIT, WorkerInfo, WorkerPresence,
+};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

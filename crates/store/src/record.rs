@@ -41,7 +41,7 @@ macro_rules! task_columns {
          created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms, result,
          error, input_requests, input_responses, issued_keys, checkpoint, lease_owner,
          lease_token, lease_expires_at, attempt, max_attempts, cancel_requested_at, version,
-         request_digest, end_reason, client_capabilities"
+         request_digest, end_reason, client_capabilities, claimed_attempt"
     };
 }
 pub(crate) use task_columns;
@@ -72,6 +72,7 @@ pub(crate) struct TaskRow {
     lease_token: i64,
     lease_expires_at: Option<OffsetDateTime>,
     max_attempts: i32,
+    claimed_attempt: Option<i32>,
     cancel_requested_at: Option<OffsetDateTime>,
     version: i64,
     pub(crate) request_digest: Option<String>,
@@ -169,8 +170,13 @@ pub struct TaskRecord {
     pub lease_owner: Option<String>,
     pub lease_token: i64,
     pub lease_expires_at: Option<OffsetDateTime>,
+    /// The runs of the current input round so far, against `max_attempts` (parking for
+    /// input starts a new round at 0; a release takes the interrupted run back).
     pub attempt: i32,
     pub max_attempts: i32,
+    /// The latest claim's attempt number (kept through input rounds); `None` before the
+    /// first claim.
+    pub claimed_attempt: Option<i32>,
     pub cancel_requested_at: Option<OffsetDateTime>,
     pub version: i64,
     pub end_reason: Option<EndReason>,
@@ -218,6 +224,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             lease_expires_at: row.lease_expires_at,
             attempt: standing.attempt,
             max_attempts: row.max_attempts,
+            claimed_attempt: row.claimed_attempt,
             cancel_requested_at: row.cancel_requested_at,
             version: row.version,
             end_reason: standing.end_reason,
@@ -273,6 +280,12 @@ impl TryFrom<ViewRow> for TaskView {
 }
 
 impl TaskRecord {
+    /// The attempt the task is on: its latest claim's, also while it waits for input or
+    /// for its next run; 0 before any claim.
+    pub fn current_attempt(&self) -> i32 {
+        self.claimed_attempt.unwrap_or(self.attempt)
+    }
+
     /// What `tasks/get` shows of this task.
     pub fn view(&self) -> TaskView {
         TaskView {

@@ -18,6 +18,7 @@ mod oauth;
 mod renewal;
 mod replicas;
 mod views;
+mod workers;
 
 use mcp_tasks_server::{ConsoleConfig, ServerConfig};
 use reqwest::header::HeaderMap;
