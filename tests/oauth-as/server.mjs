@@ -12,7 +12,8 @@
 // Environment: OAUTH_AS_SCOPES (resource scopes, default "tasks:read tasks:write"),
 // OAUTH_AS_MACHINE_CLIENT ("id:secret" of a pre-registered client_credentials client),
 // OAUTH_AS_TENANT (the `tenant` claim of access tokens, default "acme"),
-// OAUTH_AS_ACCESS_TTL (seconds, default 3600).
+// OAUTH_AS_ACCESS_TTL (seconds, default 3600). Refresh tokens of public clients are
+// rotated on use, and a spent one used again revokes its grant (oidc-provider's defaults).
 import { createServer } from 'node:http';
 import { generateKeyPair, exportJWK } from 'jose';
 import Provider from 'oidc-provider';
@@ -49,6 +50,8 @@ const provider = new Provider(issuer, {
     devInteractions: { enabled: false },
     registration: { enabled: true },
     clientCredentials: { enabled: true },
+    // RFC 7009: the console revokes its refresh token when it signs out.
+    revocation: { enabled: true },
     resourceIndicators: {
       enabled: true,
       useGrantedResource: () => true,

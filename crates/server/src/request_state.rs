@@ -6,6 +6,8 @@
 //! the first signs, all verify, so keys rotate without breaking exchanges in flight.
 //! The state is bound to the caller, the tool and its arguments, and expires.
 
+mod aead;
+
 use std::sync::Arc;
 
 use base64::Engine;

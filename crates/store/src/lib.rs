@@ -27,6 +27,7 @@ mod maintenance;
 mod notify;
 mod queue;
 mod record;
+mod refreshes;
 mod sessions;
 mod stats;
 mod tenant_read;
@@ -54,6 +55,7 @@ pub use listing::ListCursor;
 pub use maintenance::MaintenanceReport;
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
+pub use refreshes::RefreshTurn;
 pub use sessions::Revocation;
 pub use stats::{PoolStats, TaskStats};
 pub use workers::{

@@ -35,6 +35,7 @@ pub(crate) struct Builder {
     workers: usize,
     config: ServerConfig,
     random_keys: bool,
+    keys_each: Vec<StateKeys>,
     auth: Auth,
 }
 
@@ -46,6 +47,7 @@ impl TestApp {
             workers: 0,
             config: server_config(),
             random_keys: false,
+            keys_each: Vec::new(),
             auth: Auth::Headers,
         }
     }
@@ -117,6 +119,17 @@ impl Builder {
         self
     }
 
+    /// The i-th replica's state keys (`MCP_TASKS_STATE_KEY`), for rotation tests; as many
+    /// replicas as key sets.
+    pub(crate) fn state_keys_each(mut self, keys: &[&str]) -> Self {
+        self.replicas = keys.len();
+        self.keys_each = keys
+            .iter()
+            .map(|k| StateKeys::parse(k).expect("state keys"))
+            .collect();
+        self
+    }
+
     /// Replicas that require bearer tokens.
     pub(crate) fn jwt(mut self, jwt: Jwt) -> Self {
         self.auth = Auth::Jwt(jwt);
@@ -126,8 +139,10 @@ impl Builder {
     pub(crate) async fn start(self) -> TestApp {
         let db = TestDb::new().await;
         let mut replicas = Vec::new();
-        for _ in 0..self.replicas {
-            let keys = if self.random_keys {
+        for i in 0..self.replicas {
+            let keys = if let Some(keys) = self.keys_each.get(i) {
+                keys.clone()
+            } else if self.random_keys {
                 StateKeys::random()
             } else {
                 state_keys()

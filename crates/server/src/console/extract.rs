@@ -13,6 +13,10 @@ impl FromRequestParts<AppState> for Viewer {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        // Resolved already by the renewal middleware, for a session it may have renewed.
+        if let Some(viewer) = parts.extensions.remove::<Self>() {
+            return Ok(viewer);
+        }
         match Self::resolve(state, &parts.headers).await {
             Ok(viewer) => Ok(viewer),
             Err(NoViewer::RateLimited) => Err(layout::too_many_requests()),

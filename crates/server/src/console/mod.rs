@@ -35,6 +35,7 @@ mod live_inbox;
 mod live_list;
 mod oauth;
 mod provider;
+mod renewal;
 mod schema_form;
 mod script;
 pub(crate) mod session;
@@ -72,6 +73,10 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .merge(list::routes())
         .merge(inbox::routes())
         .merge(health::routes())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            renewal::middleware,
+        ))
         .layer(middleware::from_fn_with_state(state, guard))
 }
 

@@ -5,7 +5,7 @@
 //!
 //! The console's client id is `ConsoleConfig::oauth_client_id`, or one it registers for
 //! itself (RFC 7591, a public client) the first time, kept per replica. What the
-//! callback needs (state, PKCE verifier, client id) travels in a short-lived sealed
+//! callback needs (state, PKCE verifier, client id) travels in a short-lived encrypted
 //! cookie, so the callback may reach any replica; it is `SameSite=Lax`, because the
 //! authorization server's redirect back is a cross-site navigation.
 
@@ -24,11 +24,12 @@ use serde::{Deserialize, Serialize};
 
 use super::layout;
 use super::provider::Provider;
-use super::session::{MAX_TOKEN_BYTES, cookie, cookie_header, now_ms, settings, sign_in};
+use super::renewal;
+use super::session::{MAX_TOKEN_BYTES, Session, cookie, cookie_header, now_ms, settings, sign_in};
 use crate::AppState;
 
 const COOKIE: &str = "mcp_tasks_console_oauth";
-const PREFIX: &str = "mcpo1.";
+const PREFIX: &str = "mcpo2.";
 /// How long an authorization may take, from the click to the callback.
 const FLOW_TTL_MS: i64 = 10 * 60 * 1000;
 
@@ -47,7 +48,7 @@ fn issuer(state: &AppState) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// What the callback needs, sealed in its cookie.
+/// What the callback needs, encrypted in its cookie (the PKCE verifier is a secret).
 #[derive(Serialize, Deserialize)]
 struct Flow {
     #[serde(rename = "s")]
@@ -71,7 +72,7 @@ fn redirect_uri(state: &AppState) -> Option<String> {
 }
 
 /// The authorization server's endpoints and the console's client id there.
-async fn provider(state: &AppState) -> Result<Arc<Provider>, String> {
+pub(crate) async fn provider(state: &AppState) -> Result<Arc<Provider>, String> {
     let issuer = issuer(state).ok_or("no authorization server is configured")?;
     let redirect = redirect_uri(state).ok_or("the API's resource URL is not a URL")?;
     let client_id = settings(state).and_then(|c| c.oauth_client_id.clone());
@@ -81,7 +82,7 @@ async fn provider(state: &AppState) -> Result<Arc<Provider>, String> {
         .await
 }
 
-type Client = BasicClient<
+pub(crate) type Client = BasicClient<
     oauth2::EndpointSet,
     oauth2::EndpointNotSet,
     oauth2::EndpointNotSet,
@@ -90,7 +91,16 @@ type Client = BasicClient<
 >;
 
 /// The OAuth client for a provider, and the API resource (RFC 8707) its tokens are for.
-fn client(state: &AppState, provider: &Provider) -> Result<(Client, String), String> {
+pub(crate) fn client(state: &AppState, provider: &Provider) -> Result<(Client, String), String> {
+    client_as(state, provider, &provider.client_id)
+}
+
+/// [`client`] as `client_id` (the one a session's tokens were issued to).
+pub(crate) fn client_as(
+    state: &AppState,
+    provider: &Provider,
+    client_id: &str,
+) -> Result<(Client, String), String> {
     let (Some(redirect), Some(resource)) = (
         redirect_uri(state),
         state
@@ -101,7 +111,7 @@ fn client(state: &AppState, provider: &Provider) -> Result<(Client, String), Str
     ) else {
         return Err("the API has no resource URL".into());
     };
-    let client = BasicClient::new(ClientId::new(provider.client_id.clone()))
+    let client = BasicClient::new(ClientId::new(client_id.to_owned()))
         .set_auth_uri(AuthUrl::new(provider.authorize.clone()).map_err(|e| e.to_string())?)
         .set_token_uri(TokenUrl::new(provider.token.clone()).map_err(|e| e.to_string())?)
         .set_redirect_uri(RedirectUrl::new(redirect).map_err(|e| e.to_string())?);
@@ -147,7 +157,7 @@ pub(crate) async fn start(State(state): State<AppState>) -> Response {
     };
     let sealed = state
         .state_keys()
-        .seal(PREFIX, &serde_json::to_vec(&flow).unwrap_or_default());
+        .encrypt(PREFIX, &serde_json::to_vec(&flow).unwrap_or_default());
     let mut response = Redirect::to(url.as_str()).into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,
@@ -199,7 +209,7 @@ pub(crate) async fn callback(
 ) -> Response {
     let query = Callback::parse(&uri);
     let flow: Option<Flow> = cookie(&headers, COOKIE)
-        .and_then(|c| state.state_keys().open(PREFIX, c, 4096))
+        .and_then(|c| state.state_keys().decrypt(PREFIX, c, 4096))
         .and_then(|json| serde_json::from_slice(&json).ok())
         .filter(|f: &Flow| f.expires_ms > now_ms());
     let Some(flow) = flow else {
@@ -241,13 +251,17 @@ pub(crate) async fn callback(
         .add_extra_param("resource", resource)
         .request_async(&provider.http)
         .await;
-    let token = match exchanged {
-        Ok(response) => response.access_token().secret().clone(),
+    let response = match exchanged {
+        Ok(response) => response,
         Err(e) => return failed(&format!("the code exchange failed: {e}")),
     };
+    let token = response.access_token().secret().clone();
     if token.len() > MAX_TOKEN_BYTES {
         return failed("the access token is too large for a session cookie");
     }
+    let mut session = Session::new(&state, Some(token));
+    session.client_id = Some(provider.client_id.clone());
+    renewal::keep(&mut session, &response);
     // The session cookie is SameSite=Strict, which a browser withholds from the rest of
     // a redirect chain that began on another site: so a page of ours moves on instead
     // of a redirect, and that navigation carries the new cookie.
@@ -264,7 +278,7 @@ pub(crate) async fn callback(
             ),
         )
     };
-    match sign_in(&state, &headers, token, done).await {
+    match sign_in(&state, &headers, session, done).await {
         Ok(mut response) => {
             response.headers_mut().append(
                 header::SET_COOKIE,

@@ -18,6 +18,8 @@ pub(crate) struct Provider {
     pub(crate) issuer: String,
     pub(crate) authorize: String,
     pub(crate) token: String,
+    /// RFC 7009 revocation, where sign-out revokes the session's refresh token.
+    pub(crate) revocation: Option<String>,
     pub(crate) client_id: String,
     /// Whether the server promises RFC 9207 `iss` in its redirects.
     pub(crate) iss_parameter: bool,
@@ -68,6 +70,7 @@ impl OAuthCache {
                 .ok_or_else(|| format!("{issuer} has no authorization_endpoint"))?,
             token: text("token_endpoint")
                 .ok_or_else(|| format!("{issuer} has no token_endpoint"))?,
+            revocation: text("revocation_endpoint"),
             client_id,
             iss_parameter: metadata
                 .get("authorization_response_iss_parameter_supported")
@@ -113,7 +116,8 @@ async fn register(
     let body = json!({
         "client_name": "mcp-tasks console",
         "redirect_uris": [redirect],
-        "grant_types": ["authorization_code"],
+        // refresh_token: sessions outlive their access tokens (`console::renewal`).
+        "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
         "application_type": "web",

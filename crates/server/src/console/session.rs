@@ -2,12 +2,14 @@
 //! every page and action is served to.
 //!
 //! Replicas keep nothing, so the session lives in its cookie (`mcp_tasks_console`),
-//! sealed with the state keys every replica shares (as 2025-era session ids are): the
-//! bearer token the viewer signed in with (none with `--auth none`), a random nonce, and
-//! an expiry. The cookie is signed, not encrypted: it holds nothing its holder does not
-//! already have, and it is `HttpOnly`, so no script reads it. Every request verifies the
-//! token again with the API's own authenticator, so an expired or foreign token never
-//! gets further than it would on `/mcp`. The CSRF token of a session is the nonce sealed
+//! encrypted and authenticated (AES-256-GCM, `StateKeys::encrypt`) under the state keys
+//! every replica shares, so any replica opens it and rotation works as for 2025-era
+//! session ids: the bearer token the viewer signed in with (none with `--auth none`), an
+//! OAuth refresh token and when to use it (see `refresh`), a random nonce, and an
+//! expiry. Encrypted, because a copy of the cookie (a log, a proxy, a shared machine)
+//! must not hand out the tokens themselves. Every request verifies the access token
+//! again with the API's own authenticator, so an expired or foreign token never gets
+//! further than it would on `/mcp`. The CSRF token of a session is the nonce sealed
 //! under another prefix: only this service can make it, and it fits one session only.
 
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -21,12 +23,14 @@ use crate::auth::AuthError;
 use crate::session::context::time_of;
 
 pub(crate) const COOKIE: &str = "mcp_tasks_console";
-const SESSION_PREFIX: &str = "mcpc1.";
+/// `mcpc1.` cookies (signed, not encrypted) open no more: their holders sign in again.
+const SESSION_PREFIX: &str = "mcpc2.";
 const CSRF_PREFIX: &str = "mcpx1.";
 /// Browsers keep cookies of up to about 4 KiB.
 pub(crate) const MAX_COOKIE_BYTES: usize = 4000;
-/// Longest bearer token a session can carry (what fits in the cookie once sealed).
-pub(crate) const MAX_TOKEN_BYTES: usize = 2800;
+/// Longest bearer token a session can carry, with its refresh token if it has one (what
+/// fits in the cookie once encrypted: the JSON around them, nonce and tag, base64).
+pub(crate) const MAX_TOKEN_BYTES: usize = 2750;
 
 /// What the session cookie carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +38,16 @@ pub(crate) struct Session {
     /// The bearer token; `None` before sign-in, and with an authenticator that needs none.
     #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
     pub(crate) token: Option<String>,
+    /// The OAuth refresh token the access token is renewed with (`refresh`).
+    #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) refresh: Option<String>,
+    /// When to renew the access token (Unix milliseconds), a little before it expires.
+    #[serde(rename = "a", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) renew_ms: Option<i64>,
+    /// The OAuth client the refresh token was issued to (each replica may have
+    /// registered its own).
+    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client_id: Option<String>,
     #[serde(rename = "n")]
     pub(crate) nonce: String,
     /// Unix milliseconds.
@@ -60,6 +74,9 @@ impl Session {
         let now = now_ms();
         Self {
             token,
+            refresh: None,
+            renew_ms: None,
+            client_id: None,
             nonce: crate::session::token::nonce(),
             issued_ms: now,
             expires_ms: now.saturating_add(ttl),
@@ -68,12 +85,25 @@ impl Session {
 
     /// The session of a request, when its cookie is one this service sealed and unexpired.
     pub(crate) fn from_headers(state: &AppState, headers: &HeaderMap) -> Option<Self> {
-        let value = cookie(headers, COOKIE)?;
+        Self::open(state, cookie(headers, COOKIE)?)
+    }
+
+    /// The session `sealed` holds (a cookie's value), when this service sealed it (under
+    /// any of the state keys), unaltered and unexpired.
+    pub(crate) fn open(state: &AppState, sealed: &str) -> Option<Self> {
         let json = state
             .state_keys()
-            .open(SESSION_PREFIX, value, MAX_COOKIE_BYTES)?;
+            .decrypt(SESSION_PREFIX, sealed, MAX_COOKIE_BYTES)?;
         let session: Self = serde_json::from_slice(&json).ok()?;
         (session.expires_ms > now_ms()).then_some(session)
+    }
+
+    /// The session encrypted, as its cookie's value.
+    pub(crate) fn seal(&self, state: &AppState) -> String {
+        state.state_keys().encrypt(
+            SESSION_PREFIX,
+            &serde_json::to_vec(self).unwrap_or_default(),
+        )
     }
 
     /// The session's name among revocations (apart from those of 2025-era sessions).
@@ -112,10 +142,7 @@ impl Session {
 
     /// `Set-Cookie` for this session.
     pub(crate) fn set_cookie(&self, state: &AppState) -> HeaderValue {
-        let sealed = state.state_keys().seal(
-            SESSION_PREFIX,
-            &serde_json::to_vec(self).unwrap_or_default(),
-        );
+        let sealed = self.seal(state);
         let max_age = (self.expires_ms - now_ms()).max(0) / 1000;
         cookie_header(state, COOKIE, &sealed, "/console", max_age, "Strict")
     }
@@ -246,7 +273,7 @@ impl Viewer {
             .await
             .map_err(|e| NoViewer::Store(e.is_unavailable()))?;
         if revoked {
-            return Err(NoViewer::Refused(AuthError::Invalid("signed out".into())));
+            return Err(NoViewer::SignedOut);
         }
         let csrf = session.csrf(state);
         Ok(Self {
@@ -268,20 +295,21 @@ impl Viewer {
 pub(crate) enum NoViewer {
     NoSession,
     Refused(AuthError),
+    /// The session was ended by signing out (on whichever replica).
+    SignedOut,
     RateLimited,
     /// The store could not say whether the session was ended (`true`: unreachable).
     Store(bool),
 }
 
-/// A new session for `token` once the API's authenticator accepts it, set on the answer
-/// `then()` makes; `Err` says why the token was refused.
+/// `session` (new, with its token) once the API's authenticator accepts the token, set on
+/// the answer `then()` makes; `Err` says why the token was refused.
 pub(crate) async fn sign_in(
     state: &AppState,
     headers: &HeaderMap,
-    token: String,
+    session: Session,
     then: impl FnOnce() -> Response,
 ) -> Result<Response, String> {
-    let session = Session::new(state, Some(token));
     match Viewer::with_session(state, headers, session.clone()).await {
         Ok(viewer) => {
             tracing::info!(tenant = %viewer.owner.tenant, principal = %viewer.owner.principal, admin = viewer.is_admin, "console: signed in");
@@ -294,6 +322,52 @@ pub(crate) async fn sign_in(
         Err(NoViewer::Refused(e)) => Err(format!("the token was refused: {e}")),
         Err(NoViewer::RateLimited) => Err("too many requests; wait a moment".into()),
         Err(NoViewer::NoSession) => Err("no session".into()),
+        Err(NoViewer::SignedOut) => Err("the session was signed out".into()),
         Err(NoViewer::Store(_)) => Err("the task store is unavailable; try again".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::renewal::MAX_CLIENT_ID_BYTES;
+    use crate::request_state::StateKeys;
+
+    #[test]
+    fn the_largest_session_fits_in_its_cookie() {
+        let access = MAX_TOKEN_BYTES / 2;
+        let session = Session {
+            token: Some("t".repeat(access)),
+            refresh: Some("r".repeat(MAX_TOKEN_BYTES - access)),
+            renew_ms: Some(i64::MAX),
+            client_id: Some("c".repeat(MAX_CLIENT_ID_BYTES)),
+            nonce: crate::session::token::nonce(),
+            issued_ms: i64::MAX,
+            expires_ms: i64::MAX,
+        };
+        let sealed = StateKeys::random()
+            .encrypt(SESSION_PREFIX, &serde_json::to_vec(&session).expect("json"));
+        assert!(sealed.len() <= MAX_COOKIE_BYTES, "{}", sealed.len());
+    }
+
+    #[test]
+    fn a_cookie_of_the_signed_format_opens_no_more() {
+        let keys = StateKeys::random();
+        let session = Session {
+            token: Some("a token".into()),
+            refresh: None,
+            renew_ms: None,
+            client_id: None,
+            nonce: crate::session::token::nonce(),
+            issued_ms: 0,
+            expires_ms: i64::MAX,
+        };
+        let json = serde_json::to_vec(&session).expect("json");
+        let signed = keys.seal("mcpc1.", &json);
+        assert_eq!(keys.open("mcpc1.", &signed, MAX_COOKIE_BYTES), Some(json));
+        assert_eq!(
+            keys.decrypt(SESSION_PREFIX, &signed, MAX_COOKIE_BYTES),
+            None
+        );
     }
 }

@@ -31,6 +31,20 @@ pub(crate) async fn page(State(state): State<AppState>, headers: HeaderMap) -> R
     response
 }
 
+/// The sign-in page saying why the session has ended (its renewal failed), with a new
+/// session (and so a CSRF token) for signing in again.
+pub(crate) fn ended(state: &AppState, why: &str) -> Response {
+    let session = Session::new(state, None);
+    let mut response = layout::respond(
+        StatusCode::UNAUTHORIZED,
+        signin_form(state, &session, Some(why)),
+    );
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, session.set_cookie(state));
+    response
+}
+
 /// The sign-in page, with `error` when a token was just refused.
 fn signin_form(state: &AppState, session: &Session, error: Option<&str>) -> Markup {
     let oauth = super::oauth::available(state);
@@ -92,7 +106,8 @@ pub(crate) async fn submit(
     if token.len() > MAX_TOKEN_BYTES {
         return refuse(&format!("the token is longer than {MAX_TOKEN_BYTES} bytes"));
     }
-    sign_in(&state, &headers, token.to_owned(), || {
+    let signed_in = Session::new(&state, Some(token.to_owned()));
+    sign_in(&state, &headers, signed_in, || {
         Redirect::to("/console/tasks").into_response()
     })
     .await
@@ -100,7 +115,8 @@ pub(crate) async fn submit(
 }
 
 /// `POST /console/signout`: the session is ended for every replica and its cookie deleted
-/// (the bearer token itself stays valid until it expires, as any bearer token does).
+/// (the bearer token itself stays valid until it expires, as any bearer token does; a
+/// refresh token is revoked at the authorization server when it offers revocation).
 pub(crate) async fn signout(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -128,6 +144,7 @@ pub(crate) async fn signout(
     {
         return layout::store_error(e);
     }
+    super::renewal::revoke_at_server(&state, &session).await;
     let mut response = Redirect::to("/console/signin").into_response();
     response
         .headers_mut()
