@@ -17,6 +17,7 @@ mod input_keys;
 mod isolation;
 mod leases;
 mod migrations;
+mod tombstones;
 
 use mcp_tasks_store::Owner;
 use mcp_tasks_tools::validate_input_response;
