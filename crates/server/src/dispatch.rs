@@ -136,7 +136,8 @@ async fn run(
             tools_call::call(state, owner, &meta, &request.params, trace, key).await?
         }
         Method::Task(method) => {
-            tasks_methods::handle(state, owner, &meta, method, &request.params).await?
+            // Stamped by the method: `tasks/get` answers with its result serialised.
+            return tasks_methods::handle(state, owner, &meta, method, &request.params).await;
         }
         Method::Listen => {
             let stream =

@@ -383,6 +383,10 @@ async fn serve_mcp(
             StatusCode::OK,
             jsonrpc::Response::result(id, result).to_json(),
         ),
+        Ok(dispatch::Reply::Serialized(result)) => json_text_response(
+            StatusCode::OK,
+            jsonrpc::Response::serialized_result_body(&id, &result),
+        ),
         Ok(dispatch::Reply::Stream(response)) => response,
         Err(e) => span.in_scope(|| error_response(Some(&id), e)),
     }
@@ -518,7 +522,11 @@ fn error_body(id: Option<&RequestId>, error: &ErrorObject) -> Value {
 
 /// A single-line JSON body. (Some clients read responses line by line.)
 fn json_response(status: StatusCode, body: Value) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+    json_text_response(status, body.to_string())
+}
+
+fn json_text_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -13,6 +13,7 @@ use crate::error::RpcError;
 use crate::params::{
     found, parse_task_id, refuse_larger, refuse_nul, required_input_responses, string_param,
 };
+use crate::reply::Reply;
 
 /// The task methods, each named once in `dispatch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub(crate) async fn handle(
     meta: &RequestMeta,
     method: TaskMethod,
     params: &Map<String, Value>,
-) -> Result<Map<String, Value>, RpcError> {
+) -> Result<Reply, RpcError> {
     // Capability first: a client that did not declare the extension learns nothing
     // about any task id.
     if !meta.client_capabilities.declares_tasks() {
@@ -38,9 +39,11 @@ pub(crate) async fn handle(
     let store = state.store();
     match method {
         TaskMethod::Get => {
-            // Only the columns the answer shows.
+            // Only the columns the answer shows, its stored JSON copied in unparsed.
             let view = found(store.get_view(owner, id).await?)?;
-            Ok(view.get_result())
+            Ok(Reply::Serialized(
+                view.get_result_json(&state.config().server_info),
+            ))
         }
         TaskMethod::Update => {
             refuse_nul(params, "inputResponses")?;
@@ -51,11 +54,11 @@ pub(crate) async fn handle(
             )?;
             let responses = required_input_responses(params)?;
             answers::apply_to_task(state, owner, id, responses).await?;
-            Ok(ack())
+            Ok(ack(state))
         }
         TaskMethod::Cancel => {
             cancel(state, owner, id).await?;
-            Ok(ack())
+            Ok(ack(state))
         }
     }
 }
@@ -74,8 +77,9 @@ pub(crate) async fn cancel(
     Ok(outcome)
 }
 
-fn ack() -> Map<String, Value> {
+fn ack(state: &AppState) -> Reply {
     let mut m = Map::new();
     m.insert("resultType".into(), json!("complete"));
-    m
+    state.config().server_info.stamp(&mut m, "complete");
+    Reply::Result(Value::Object(m))
 }

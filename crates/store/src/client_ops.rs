@@ -4,7 +4,7 @@ use mcp_tasks_wire::service_messages;
 use serde_json::{Map, Value};
 use sqlx::{Postgres, Transaction};
 
-use mcp_tasks_wire::TaskView;
+use mcp_tasks_wire::RawTaskView;
 
 use crate::record::{TaskRow, ViewRow, task_columns, view_columns};
 use crate::{DbResult, Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
@@ -57,9 +57,10 @@ pub enum CancelOutcome {
 }
 
 impl Store {
-    /// What `tasks/get` shows of a task: one primary-key read of only those columns.
+    /// What `tasks/get` shows of a task: one primary-key read of only those columns, its
+    /// stored JSON left as text for the answer to carry.
     #[tracing::instrument(name = "db.task.get_view", skip_all, err(level = "debug"))]
-    pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskView>> {
+    pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<RawTaskView>> {
         self.read_one::<ViewRow, _>(
             concat!(
                 "SELECT ",

@@ -261,6 +261,7 @@ fn new_record(owner: &Owner, id: TaskId, task: NewTask, created_at: OffsetDateTi
         lease_expires_at: None,
         attempt: 0,
         max_attempts: task.max_attempts,
+        claimed_attempt: None,
         cancel_requested_at: None,
         version: 1,
         end_reason: None,

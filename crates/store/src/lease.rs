@@ -172,6 +172,7 @@ impl Store {
                     -- Out of the queue's index; leased rows are found by tasks_leased.
                     run_after = NULL,
                     attempt = t.attempt + 1,
+                    claimed_attempt = t.attempt + 1,
                     -- The run's claim, for its history (the row is rewritten here anyway);
                     -- runnable since as the candidates say: a lapsed lease's expiry, or
                     -- the queued task's run_after.

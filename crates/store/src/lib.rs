@@ -31,6 +31,7 @@ mod sessions;
 mod stats;
 mod tenant_read;
 mod watch;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +56,9 @@ pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use sessions::Revocation;
 pub use stats::{PoolStats, TaskStats};
+pub use workers::{
+    FORGET_WORKERS_AFTER, MISSED_REFRESHES, WORKERS_LIMIT, WorkerInfo, WorkerPresence,
+};
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

@@ -14,6 +14,8 @@ pub struct MaintenanceReport {
     pub tombstones_deleted: u64,
     /// Revocations of sessions that have expired since, now forgotten.
     pub session_revocations_deleted: u64,
+    /// Rows of workers not seen for [`crate::FORGET_WORKERS_AFTER`], now deleted.
+    pub workers_forgotten: u64,
 }
 
 impl Store {
@@ -172,7 +174,8 @@ impl Store {
         Ok(true)
     }
 
-    /// One maintenance pass: expire, delete, forget tombstones and ended sessions. Each
+    /// One maintenance pass: expire, delete, forget tombstones, ended sessions and dead
+    /// workers. Each
     /// step repeats its batch while batches come back full (up to `MAX_ROUNDS`), so
     /// maintenance keeps up with any rate of expiry instead of one batch per interval.
     pub async fn maintain(&self, batch: i64, tombstone_keep_ms: i64) -> Result<MaintenanceReport> {
@@ -186,6 +189,7 @@ impl Store {
                 .await?,
             session_revocations_deleted: repeat(batch, || self.purge_session_revocations(batch))
                 .await?,
+            workers_forgotten: self.forget_workers(crate::FORGET_WORKERS_AFTER).await?,
         })
     }
 }

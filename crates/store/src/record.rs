@@ -1,7 +1,8 @@
 //! A task row as the rest of the service sees it.
 
 use mcp_tasks_wire::service_messages::EndReason;
-use mcp_tasks_wire::{ErrorObject, TaskStatus, TaskView};
+use mcp_tasks_wire::{ErrorObject, RawTaskView, TaskStatus, TaskView};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -74,7 +75,7 @@ macro_rules! task_columns {
          created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms, result,
          error, input_requests, input_responses, issued_keys, checkpoint, lease_owner,
          lease_token, lease_expires_at, attempt, max_attempts, cancel_requested_at, version,
-         request_digest, end_reason, client_capabilities"
+         request_digest, end_reason, client_capabilities, claimed_attempt"
     };
 }
 pub(crate) use task_columns;
@@ -105,6 +106,7 @@ pub(crate) struct TaskRow {
     lease_token: i64,
     lease_expires_at: Option<OffsetDateTime>,
     max_attempts: i32,
+    claimed_attempt: Option<i32>,
     cancel_requested_at: Option<OffsetDateTime>,
     version: i64,
     pub(crate) request_digest: Option<String>,
@@ -202,8 +204,13 @@ pub struct TaskRecord {
     pub lease_owner: Option<String>,
     pub lease_token: i64,
     pub lease_expires_at: Option<OffsetDateTime>,
+    /// The runs of the current input round so far, against `max_attempts` (parking for
+    /// input starts a new round at 0; a release takes the interrupted run back).
     pub attempt: i32,
     pub max_attempts: i32,
+    /// The latest claim's attempt number (kept through input rounds); `None` before the
+    /// first claim.
+    pub claimed_attempt: Option<i32>,
     pub cancel_requested_at: Option<OffsetDateTime>,
     pub version: i64,
     pub end_reason: Option<EndReason>,
@@ -251,6 +258,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             lease_expires_at: row.lease_expires_at,
             attempt: standing.attempt,
             max_attempts: row.max_attempts,
+            claimed_attempt: row.claimed_attempt,
             cancel_requested_at: row.cancel_requested_at,
             version: row.version,
             end_reason: standing.end_reason,
@@ -259,7 +267,11 @@ impl TryFrom<TaskRow> for TaskRecord {
 }
 
 /// The columns `tasks/get` shows, and no others (no arguments, answers or checkpoint to
-/// carry and parse for nothing).
+/// carry and parse for nothing). The result and input requests stay the text PostgreSQL
+/// sends: the answer carries them unchanged, so they are only scanned, never parsed into
+/// a tree. Nothing is trusted that was not before: jsonb holds only valid JSON, and what
+/// a worker stored there (a tool's result, an upstream's as its client library read it,
+/// input requests the worker composed) is what parsing and re-serialising used to send.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct ViewRow {
     id: Uuid,
@@ -269,8 +281,8 @@ pub(crate) struct ViewRow {
     updated_at: OffsetDateTime,
     ttl_ms: Option<i64>,
     poll_interval_ms: Option<i64>,
-    result: Option<Value>,
-    input_requests: Option<Value>,
+    result: Option<Box<RawValue>>,
+    input_requests: Option<Box<RawValue>>,
 }
 
 /// The columns of a [`ViewRow`].
@@ -282,12 +294,17 @@ macro_rules! view_columns {
 }
 pub(crate) use view_columns;
 
-impl TryFrom<ViewRow> for TaskView {
+impl TryFrom<ViewRow> for RawTaskView {
     type Error = StoreError;
 
     fn try_from(row: ViewRow) -> Result<Self, StoreError> {
         let standing = Standing::read(row.id, row.standing)?;
-        if row.input_requests.as_ref().is_some_and(|r| !r.is_object()) {
+        // jsonb prints an object with its brace first.
+        if row
+            .input_requests
+            .as_ref()
+            .is_some_and(|r| !r.get().starts_with('{'))
+        {
             return Err(corrupt(row.id, "input_requests is not an object"));
         }
         Ok(TaskView {
@@ -306,6 +323,12 @@ impl TryFrom<ViewRow> for TaskView {
 }
 
 impl TaskRecord {
+    /// The attempt the task is on: its latest claim's, also while it waits for input or
+    /// for its next run; 0 before any claim.
+    pub fn current_attempt(&self) -> i32 {
+        self.claimed_attempt.unwrap_or(self.attempt)
+    }
+
     /// What `tasks/get` shows of this task.
     pub fn view(&self) -> TaskView {
         TaskView {

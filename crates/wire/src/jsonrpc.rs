@@ -254,6 +254,21 @@ impl Response {
         }
     }
 
+    /// The body of a result response around a result this crate serialised, spliced in
+    /// as it is rather than parsed and written again.
+    pub fn serialized_result_body(id: &RequestId, result: &crate::SerializedResult) -> String {
+        // A RequestId is a string or an integer, which always serialises.
+        let id = serde_json::to_string(id).unwrap_or_else(|_| String::from("null"));
+        let result = result.as_str();
+        let mut body = String::with_capacity(36 + id.len() + result.len());
+        body.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        body.push_str(&id);
+        body.push_str(r#","result":"#);
+        body.push_str(result);
+        body.push('}');
+        body
+    }
+
     pub fn to_json(&self) -> Value {
         // A Response holds only maps, strings and numbers, which always serialize.
         serde_json::to_value(self).unwrap_or(Value::Null)

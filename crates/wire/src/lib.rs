@@ -25,7 +25,7 @@ pub mod time_fmt;
 pub use error::{ErrorObject, codes};
 pub use jsonrpc::{ClientResponse, Incoming, Notification, Request, RequestId, Response};
 pub use meta::{ClientCapabilities, RequestMeta};
-pub use tasks::{TaskStatus, TaskView};
+pub use tasks::{RawTaskView, SerializedResult, TaskStatus, TaskView};
 
 /// The only protocol revision this service speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";

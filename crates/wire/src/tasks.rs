@@ -3,10 +3,13 @@
 //! `resultType:"complete"`) and `notifications/tasks` params (a `DetailedTask`, which
 //! [`crate::listen::task_notification`] wraps).
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
+use crate::results::Implementation;
 use crate::{ErrorObject, meta_keys, time_fmt::rfc3339};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,9 +59,11 @@ impl std::fmt::Display for TaskStatus {
     }
 }
 
-/// Everything a client may see of a task at one moment.
+/// Everything a client may see of a task at one moment. `J` is how the stored JSON
+/// (`inputRequests`, `result`) is held: parsed, for whoever inspects or reshapes it, or
+/// as the store's bytes ([`RawTaskView`]), for an answer that carries it unchanged.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskView {
+pub struct TaskView<J = Value> {
     pub task_id: String,
     pub status: TaskStatus,
     pub status_message: Option<String>,
@@ -68,12 +73,16 @@ pub struct TaskView {
     pub ttl_ms: Option<i64>,
     pub poll_interval_ms: Option<i64>,
     /// Outstanding input requests, only while `input_required`.
-    pub input_requests: Option<Value>,
+    pub input_requests: Option<J>,
     /// The tool's `CallToolResult`, only when `completed`.
-    pub result: Option<Value>,
+    pub result: Option<J>,
     /// The JSON-RPC error, only when `failed`.
     pub error: Option<ErrorObject>,
 }
+
+/// A task with its stored JSON as the store holds it, never parsed into a tree: what
+/// `tasks/get` reads, since it sends that JSON on unchanged.
+pub type RawTaskView = TaskView<Box<RawValue>>;
 
 impl TaskView {
     /// The `Task` fields every shape shares.
@@ -108,9 +117,7 @@ impl TaskView {
                     .result
                     .clone()
                     .unwrap_or_else(|| json!({"content": []}));
-                if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
-                    meta.remove(meta_keys::LEGACY_RELATED_TASK);
-                }
+                strip_legacy_related_task(&mut result);
                 m.insert("result".into(), result);
             }
             TaskStatus::Failed => {
@@ -135,6 +142,154 @@ impl TaskView {
         m.insert("resultType".into(), json!("complete"));
         m
     }
+}
+
+impl RawTaskView {
+    /// The answer to `tasks/get`, stamped with the server's identity, as JSON text: the
+    /// same object as `get_result` plus [`Implementation::stamp`], with the stored JSON
+    /// copied in byte for byte (this is where a large result costs a copy, not a parse
+    /// and a re-serialisation, and why numbers beyond `f64` survive).
+    pub fn get_result_json(&self, server: &Implementation) -> SerializedResult {
+        let (mut input_requests, mut result, mut error) = (None, None, None);
+        match self.status {
+            TaskStatus::InputRequired => {
+                input_requests = Some(match &self.input_requests {
+                    Some(raw) => Part::Raw(raw),
+                    None => Part::Owned(json!({})),
+                });
+            }
+            TaskStatus::Completed => {
+                result = Some(match &self.result {
+                    // Results are stored without the legacy key (`stamped_call_tool_result`);
+                    // a row written before that still gets it removed. PostgreSQL prints
+                    // jsonb strings with `/` unescaped, so the search cannot miss it (a
+                    // false hit only costs a parse).
+                    Some(raw) if raw.get().contains(meta_keys::LEGACY_RELATED_TASK) => {
+                        let mut value: Value =
+                            serde_json::from_str(raw.get()).unwrap_or_else(|_| json!({}));
+                        strip_legacy_related_task(&mut value);
+                        Part::Owned(value)
+                    }
+                    Some(raw) => Part::Raw(raw),
+                    None => Part::Owned(json!({"content": []})),
+                });
+            }
+            TaskStatus::Failed => {
+                error = Some(self.error.clone().unwrap_or_else(ErrorObject::internal));
+            }
+            TaskStatus::Working | TaskStatus::Cancelled => {}
+        }
+        let out = GetResultOut {
+            task_id: &self.task_id,
+            status: self.status.as_str(),
+            status_message: self.status_message.as_deref(),
+            created_at: rfc3339(self.created_at),
+            last_updated_at: rfc3339(self.last_updated_at),
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            input_requests,
+            result,
+            error,
+            result_type: "complete",
+            meta: ServerInfoMeta(server),
+        };
+        SerializedResult::of(&out)
+    }
+
+    /// The same task with its JSON parsed, for callers that inspect it.
+    pub fn parsed(&self) -> Result<TaskView, serde_json::Error> {
+        let parse = |raw: &Option<Box<RawValue>>| {
+            raw.as_ref()
+                .map(|r| serde_json::from_str::<Value>(r.get()))
+                .transpose()
+        };
+        Ok(TaskView {
+            task_id: self.task_id.clone(),
+            status: self.status,
+            status_message: self.status_message.clone(),
+            created_at: self.created_at,
+            last_updated_at: self.last_updated_at,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            input_requests: parse(&self.input_requests)?,
+            result: parse(&self.result)?,
+            error: self.error.clone(),
+        })
+    }
+}
+
+fn strip_legacy_related_task(result: &mut Value) {
+    if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove(meta_keys::LEGACY_RELATED_TASK);
+    }
+}
+
+/// A result serialised by this crate: valid JSON by construction, so it can be spliced
+/// into a response envelope without being parsed again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerializedResult(String);
+
+impl SerializedResult {
+    fn of<T: Serialize>(value: &T) -> Self {
+        // Only maps with string keys, strings, numbers and already-valid raw JSON go in,
+        // which always serialise; `{}` stands in rather than a panic.
+        Self(serde_json::to_string(value).unwrap_or_else(|_| String::from("{}")))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Stored JSON as it is, or a value composed here (the defaults, a rewritten result).
+enum Part<'a> {
+    Raw(&'a RawValue),
+    Owned(Value),
+}
+
+impl Serialize for Part<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Raw(raw) => raw.serialize(s),
+            Self::Owned(value) => value.serialize(s),
+        }
+    }
+}
+
+/// `_meta` with only the server's identity, as [`Implementation::stamp`] puts it.
+struct ServerInfoMeta<'a>(&'a Implementation);
+
+impl Serialize for ServerInfoMeta<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry(meta_keys::SERVER_INFO, self.0)?;
+        map.end()
+    }
+}
+
+/// `GetTaskResult` with `DetailedTask` flattened in, field for field what `get_result`
+/// and `stamp` put in the map.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GetResultOut<'a> {
+    task_id: &'a str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_message: Option<&'a str>,
+    created_at: String,
+    last_updated_at: String,
+    ttl_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    poll_interval_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_requests: Option<Part<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Part<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorObject>,
+    result_type: &'static str,
+    #[serde(rename = "_meta")]
+    meta: ServerInfoMeta<'a>,
 }
 
 #[cfg(test)]

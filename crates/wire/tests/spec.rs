@@ -13,8 +13,8 @@ use mcp_tasks_wire::results::{
 use mcp_tasks_wire::service_messages::EndReason;
 use mcp_tasks_wire::strict::JsonLimits;
 use mcp_tasks_wire::{
-    ClientCapabilities, ErrorObject, Incoming, PROTOCOL_VERSION, RequestId, RequestMeta, Response,
-    TASKS_EXTENSION, TaskStatus, TaskView, codes, meta_keys,
+    ClientCapabilities, ErrorObject, Incoming, PROTOCOL_VERSION, RawTaskView, RequestId,
+    RequestMeta, Response, TASKS_EXTENSION, TaskStatus, TaskView, codes, meta_keys,
 };
 use official::{Definitions, Schema};
 use serde_json::{Map, Value, json};
@@ -158,6 +158,84 @@ fn tasks_in_every_status_match_the_tasks_extension() {
             core.check("JSONRPCResultResponse", &response(create));
         }
     }
+}
+
+/// The view as `tasks/get` reads it: its JSON as text, as PostgreSQL prints jsonb (with
+/// spaces after `:` and `,`).
+fn raw(view: &TaskView) -> RawTaskView {
+    let text = |v: &Value| {
+        let pretty = serde_json::to_string(v).expect("json");
+        let spaced = pretty.replace("\":", "\": ").replace(",\"", ", \"");
+        serde_json::value::RawValue::from_string(spaced).expect("raw")
+    };
+    RawTaskView {
+        task_id: view.task_id.clone(),
+        status: view.status,
+        status_message: view.status_message.clone(),
+        created_at: view.created_at,
+        last_updated_at: view.last_updated_at,
+        ttl_ms: view.ttl_ms,
+        poll_interval_ms: view.poll_interval_ms,
+        input_requests: view.input_requests.as_ref().map(text),
+        result: view.result.as_ref().map(text),
+        error: view.error.clone(),
+    }
+}
+
+#[test]
+fn the_serialized_get_result_is_the_parsed_one_and_matches_the_tasks_extension() {
+    let tasks = Definitions::load(Schema::Tasks);
+    let core = Definitions::load(Schema::Core);
+    for status in STATUSES {
+        for view in views(status) {
+            let raw = raw(&view);
+            let text = raw.get_result_json(&server());
+            let get: Value = serde_json::from_str(text.as_str()).expect("json");
+            assert_eq!(get, stamped(view.get_result()), "{status:?}");
+            tasks.check("GetTaskResult", &get);
+            let id = RequestId::from("req-1");
+            let body = Response::serialized_result_body(&id, &text);
+            let body: Value = serde_json::from_str(&body).expect("json");
+            assert_eq!(body, response(get.clone()));
+            core.check("JSONRPCResultResponse", &body);
+            // The stored text is copied as it is, spacing and all.
+            if let Some(stored) = &raw.result {
+                assert!(text.as_str().contains(stored.get()), "{status:?}");
+            }
+            if let Some(stored) = &raw.input_requests {
+                assert!(text.as_str().contains(stored.get()), "{status:?}");
+            }
+            assert_eq!(raw.parsed().expect("parses"), view);
+        }
+        // Nothing stored: the same defaults as the parsed view's.
+        let mut bare = views(status).remove(0);
+        (bare.result, bare.input_requests, bare.error) = (None, None, None);
+        let get: Value =
+            serde_json::from_str(raw(&bare).get_result_json(&server()).as_str()).expect("json");
+        assert_eq!(get, stamped(bare.get_result()), "{status:?} bare");
+        tasks.check("GetTaskResult", &get);
+    }
+}
+
+#[test]
+fn a_stored_result_with_the_legacy_related_task_key_loses_it() {
+    let mut view = views(TaskStatus::Completed).remove(0);
+    let mut result = view.result.take().expect("result");
+    result["_meta"][meta_keys::LEGACY_RELATED_TASK] = json!({ "taskId": "t1" });
+    view.result = Some(result);
+    let get: Value =
+        serde_json::from_str(raw(&view).get_result_json(&server()).as_str()).expect("json");
+    assert!(
+        get["result"]["_meta"]
+            .get(meta_keys::LEGACY_RELATED_TASK)
+            .is_none(),
+        "{get}"
+    );
+    assert!(
+        get["result"]["_meta"][meta_keys::SERVER_INFO].is_object(),
+        "{get}"
+    );
+    assert_eq!(get, stamped(view.get_result()));
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod duty;
 mod executor;
 mod held;
 mod loops;
+mod presence;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -51,6 +52,8 @@ pub struct WorkerConfig {
     pub maintenance_batch: i64,
     /// How long an expired task's owner is told "expired" rather than "not found".
     pub tombstone_retention: Duration,
+    /// How often the worker refreshes its row in the `workers` table (see `presence.rs`).
+    pub presence_interval: Duration,
     pub server_info: Implementation,
 }
 
@@ -66,6 +69,7 @@ impl WorkerConfig {
             maintenance_interval: Duration::from_secs(1),
             maintenance_batch: 1000,
             tombstone_retention: Duration::from_secs(7 * 24 * 3600),
+            presence_interval: Duration::from_secs(15),
             server_info,
         }
     }
@@ -75,17 +79,22 @@ impl WorkerConfig {
     }
 }
 
-/// `host-pid-random`: readable in `lease_owner`, unique across restarts.
-pub fn default_worker_id() -> String {
-    let host = std::env::var("HOSTNAME")
+/// The host's name, when it has one.
+fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| {
             std::fs::read_to_string("/etc/hostname")
                 .ok()
                 .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
         })
-        .unwrap_or_else(|| "worker".into());
+}
+
+/// `host-pid-random`: readable in `lease_owner`, unique across restarts.
+pub fn default_worker_id() -> String {
+    let host = host_name().unwrap_or_else(|| "worker".into());
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &suffix[..6])
 }
@@ -209,6 +218,8 @@ pub async fn run(
     let listen = spawn_owned(loops::listen(shared.clone(), shutdown.clone()));
     let maintenance = spawn_owned(loops::maintenance(shared.clone(), shutdown.clone()));
     let duty = spawn_owned(duty::duty(shared.clone(), shutdown.clone()));
+    // Like heartbeats, the row stays fresh through the drain: the worker is still there.
+    let presence = spawn_owned(presence::presence(shared.clone(), heartbeats_stop.clone()));
 
     loops::claim(shared.clone(), shutdown.clone()).await;
 
@@ -243,7 +254,8 @@ pub async fn run(
         shared.tracker.wait().await;
     }
     heartbeats_stop.cancel();
-    let _ = tokio::join!(heartbeat, listen, maintenance, duty);
+    let _ = tokio::join!(heartbeat, listen, maintenance, duty, presence);
+    presence::deregister(&shared).await;
     tracing::info!(worker = %shared.config.worker_id, "worker stopped");
     Ok(())
 }

@@ -16,6 +16,7 @@ mod browser_tasks;
 mod oauth;
 mod replicas;
 mod views;
+mod workers;
 
 use mcp_tasks_server::{ConsoleConfig, ServerConfig};
 use reqwest::header::HeaderMap;

@@ -205,8 +205,23 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     let store = &app.db.store;
     let alice = Owner::new("acme", "alice");
     let ids = make(store, &alice, 3).await;
+    let idle = mcp_tasks_store::WorkerInfo {
+        id: "registered-idle".into(),
+        tools: vec![TOOL.into()],
+        host: Some("host-7".into()),
+        pid: Some(4242),
+        concurrency: 2,
+        refresh: Duration::from_secs(60),
+    };
+    store.register_worker(&idle).await.expect("register");
     let admin = browser(&app, "acme", "root", true).await;
     let before = admin.get("/console/health").await;
+    assert!(
+        before.has(r#"data-worker="registered-idle" data-state="live""#)
+            && before.has("host host-7, pid 4242"),
+        "an admin sees idle workers with their host and pid: {}",
+        before.body
+    );
     assert_eq!(before.status, 200, "{before:?}");
     assert_eq!(text_of(&before.body, "queue-depth").as_deref(), Some("3"));
     assert_eq!(text_of(&before.body, "lease-lapses").as_deref(), Some("0"));
@@ -270,6 +285,48 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     let bob = browser(&app, "acme", "bob", false).await;
     let theirs = bob.get("/console/health").await;
     assert_eq!(text_of(&theirs.body, "lease-lapses").as_deref(), Some("0"));
+    assert!(theirs.has(r#"data-worker="registered-idle""#) && !theirs.has("4242"));
     assert!(ids.iter().all(|id| !theirs.has(&id.to_string())));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_input_shows_the_attempt_that_asked() {
+    let app = app().await;
+    let store = &app.db.store;
+    let alice = Owner::new("acme", "alice");
+    let id = make(store, &alice, 1).await[0];
+    let claimed = store
+        .claim_tools("asking-worker", 1, 60_000, &[TOOL.to_owned()])
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    let requests = json!({ "ok": { "method": "elicitation/create", "params": {
+        "message": "?",
+        "requestedSchema": { "type": "object", "properties": { "confirm": { "type": "boolean" } } } } } });
+    store
+        .request_input(
+            &claimed[0].lease,
+            requests.as_object().expect("object"),
+            None,
+            None,
+        )
+        .await
+        .expect("request input");
+
+    let owner = browser(&app, "acme", "alice", false).await;
+    let page = owner.task(&id.to_string()).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert_eq!(
+        text_of(&page.body, "task-attempt").as_deref(),
+        Some("1 of 3"),
+        "{}",
+        page.body
+    );
+    let timeline = &page.body[page.body.find(r#"id="task-timeline""#).expect("timeline")..];
+    assert!(
+        timeline.contains("claimed by worker asking-worker (attempt 1)"),
+        "{timeline}"
+    );
     app.stop().await;
 }

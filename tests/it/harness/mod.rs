@@ -58,6 +58,8 @@ pub(crate) fn worker_config() -> WorkerConfig {
     c.maintenance_interval = Duration::from_millis(200);
     c.shutdown_grace = Duration::from_secs(5);
     c.cancel_grace = Duration::from_secs(2);
+    // So that a worker that died reads as gone within a few seconds.
+    c.presence_interval = Duration::from_millis(500);
     c
 }
 

@@ -13,6 +13,7 @@ mod inputs;
 mod mrtr;
 mod ownership;
 mod param_headers;
+mod passthrough;
 
 use mcp_tasks_client::Exchange;
 use serde_json::{Value, json};

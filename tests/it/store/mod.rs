@@ -6,6 +6,7 @@
 //! itself measured that it is still inside the window, so a stalled machine skips the
 //! check instead of failing it; waiting for a state always goes through `eventually`.
 
+mod attempt_history;
 mod attempts;
 mod console;
 mod end_reasons;
@@ -18,6 +19,7 @@ mod isolation;
 mod leases;
 mod migrations;
 mod tombstones;
+mod workers;
 
 use mcp_tasks_store::Owner;
 use mcp_tasks_tools::validate_input_response;

@@ -22,6 +22,10 @@ pub(super) struct Scenario {
     /// asserted.
     #[arg(long)]
     short: bool,
+    /// Start the service (replicas and workers) from this `mcp-tasks` executable instead
+    /// of this one: the same scenarios, and so the same figures, for two builds.
+    #[arg(long, value_name = "PATH")]
+    service_binary: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,7 +89,10 @@ pub(super) enum Bench {
 fn scenario_config(s: Scenario) -> anyhow::Result<mcp_tasks_bench::scenarios::Config> {
     Ok(mcp_tasks_bench::scenarios::Config {
         database_url: s.database_url.expose().to_owned(),
-        binary: std::env::current_exe().context("locating this executable")?,
+        binary: match s.service_binary {
+            Some(path) => path,
+            None => std::env::current_exe().context("locating this executable")?,
+        },
         url: s.url,
         seconds: s.seconds.unwrap_or(if s.short { 0.5 } else { 5.0 }),
         short: s.short,

@@ -105,6 +105,10 @@ pub(super) struct WorkerArgs {
     /// to other workers (ms).
     #[arg(long, env = "MCP_TASKS_SHUTDOWN_GRACE_MS", default_value_t = 20_000)]
     shutdown_grace_ms: u64,
+    /// How often the worker refreshes its row in the `workers` table (ms); the console
+    /// shows a worker gone after three missed refreshes.
+    #[arg(long, env = "MCP_TASKS_PRESENCE_MS", default_value_t = 15_000)]
+    presence_ms: u64,
     /// Worker id recorded as lease owner (default: host-pid-random).
     #[arg(long, env = "MCP_TASKS_WORKER_ID")]
     worker_id: Option<String>,
@@ -118,6 +122,7 @@ impl WorkerArgs {
         let mut c = WorkerConfig::new(server_info(server_name));
         c.concurrency = self.concurrency;
         c.lease = Duration::from_millis(self.lease_ms);
+        c.presence_interval = Duration::from_millis(self.presence_ms.max(100));
         c.poll_interval = Duration::from_millis(self.poll_ms);
         c.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
         if let Some(id) = &self.worker_id {

@@ -1,8 +1,12 @@
 //! `GET /console/health`: the claimable queue (depth, oldest), pickup delay and run
 //! duration percentiles per tool over the last hour as server-drawn SVG plots (with the
 //! figures in a table beside them), lapsed leases and crash recoveries, and the workers
-//! holding tasks with what they run. An admin sees its tenant's figures; anyone else
-//! those of its own tasks. The browser reloads the page every few seconds (`Refresh`).
+//! (from the `workers` table: live ones idle or busy, and those gone lately) with what
+//! they run. An admin sees its tenant's figures; anyone else those of its own tasks.
+//! Workers are shared by every tenant: everyone sees their names (which its tasks'
+//! timelines show anyway), tools and liveness; only an admin their host and pid; and the
+//! running tasks under them are only those of the viewer's scope. The browser reloads
+//! the page every few seconds (`Refresh`).
 
 use std::time::Duration;
 
@@ -12,7 +16,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use maud::{Markup, html};
-use mcp_tasks_store::{Health, PercentileBucket};
+use mcp_tasks_store::{Health, PercentileBucket, WorkerLoad, WorkerPresence};
 
 use super::list::{count_text, scope};
 use super::session::Viewer;
@@ -22,6 +26,8 @@ use crate::AppState;
 const WINDOW: Duration = Duration::from_secs(3600);
 const BUCKETS: u32 = 12;
 const REFRESH: &str = "15";
+/// How long a worker that stopped refreshing its row is still listed, as gone.
+const GONE_SHOWN: Duration = Duration::from_secs(600);
 /// Running tasks listed per worker.
 const RUNNING_SHOWN: usize = 20;
 
@@ -33,6 +39,10 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
     let scope = scope(&viewer, "");
     let health = match state.store().console_health(&scope, WINDOW, BUCKETS).await {
         Ok(h) => h,
+        Err(e) => return layout::store_error(e),
+    };
+    let seen = match state.store().workers_seen(GONE_SHOWN).await {
+        Ok(seen) => seen,
         Err(e) => return layout::store_error(e),
     };
     let whose = if viewer.is_admin {
@@ -52,7 +62,7 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
         (plot("plot-duration", &health, |b| b.run_ms))
         (percentile_table(&health))
         h2 { "Workers" }
-        (workers(&health))
+        (workers(&health, &seen, viewer.is_admin))
     };
     let mut response = layout::respond(StatusCode::OK, layout::page(&viewer, "Health", body));
     response
@@ -164,29 +174,67 @@ fn percentile_table(h: &Health) -> Markup {
     }
 }
 
-fn workers(h: &Health) -> Markup {
+/// The registered workers seen lately, then any worker holding a lease without a row
+/// (registration failed, or one of an older version); each with the viewer's tasks it runs.
+fn workers(h: &Health, seen: &[WorkerPresence], admin: bool) -> Markup {
+    let running = |id: &str| h.workers.iter().find(|w| w.worker == id);
+    let unregistered: Vec<&WorkerLoad> = h
+        .workers
+        .iter()
+        .filter(|w| !seen.iter().any(|s| s.id == w.worker))
+        .collect();
     html! {
-        p { "Workers holding live leases on these tasks." }
+        p { "Worker processes: live ones idle or busy, and those gone in the last "
+            (GONE_SHOWN.as_secs() / 60) " minutes; under each, the running tasks of your "
+            (if admin { "tenant" } else { "own" }) "." }
         ul #workers {
-            @if h.workers.is_empty() {
-                li .none { "No worker holds any of these tasks now." }
+            @if seen.is_empty() && unregistered.is_empty() {
+                li .none { "No worker has been seen lately." }
             }
-            @for w in &h.workers {
-                li data-worker=(w.worker) {
-                    strong { (w.worker) } ": " (w.running.len()) " running"
-                    ul {
-                        @for r in w.running.iter().take(RUNNING_SHOWN) {
-                            li data-task-id=(r.id) {
-                                a href={ "/console/tasks/" (r.id) } { code { (r.id) } }
-                                " " (r.tool) " (attempt " (r.attempt) ", lease until "
-                                (timeline::when(r.lease_expires_at)) ")"
-                            }
-                        }
-                        @if w.running.len() > RUNNING_SHOWN {
-                            li { "and " (w.running.len() - RUNNING_SHOWN) " more" }
-                        }
+            @for w in seen {
+                @let load = running(&w.id);
+                @let state = if w.live { "live" } else { "gone" };
+                li data-worker=(w.id) data-state=(state) {
+                    strong { (w.id) } " "
+                    span .worker-state { (state) }
+                    @if w.live {
+                        ": " (load.map_or(0, |l| l.running.len())) " running"
                     }
+                    ", tools "
+                    @if w.tools.is_empty() { "(any)" } @else { (w.tools.join(", ")) }
+                    ", up since " (timeline::when(w.started_at))
+                    ", last seen " (timeline::when(w.last_seen_at))
+                    @if admin {
+                        ", host " (w.host.as_deref().unwrap_or("?"))
+                        ", pid " (w.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()))
+                        ", " (w.concurrency) " slots"
+                    }
+                    @if let Some(load) = load { (running_list(load)) }
                 }
+            }
+            @for w in unregistered {
+                li data-worker=(w.worker) data-state="live" {
+                    strong { (w.worker) } " "
+                    span .worker-state { "live" } ": " (w.running.len()) " running (not registered)"
+                    (running_list(w))
+                }
+            }
+        }
+    }
+}
+
+fn running_list(w: &WorkerLoad) -> Markup {
+    html! {
+        ul {
+            @for r in w.running.iter().take(RUNNING_SHOWN) {
+                li data-task-id=(r.id) {
+                    a href={ "/console/tasks/" (r.id) } { code { (r.id) } }
+                    " " (r.tool) " (attempt " (r.attempt) ", lease until "
+                    (timeline::when(r.lease_expires_at)) ")"
+                }
+            }
+            @if w.running.len() > RUNNING_SHOWN {
+                li { "and " (w.running.len() - RUNNING_SHOWN) " more" }
             }
         }
     }

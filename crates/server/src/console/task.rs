@@ -75,7 +75,7 @@ fn body(viewer: &Viewer, task: &TaskRecord, history: Option<&[HistoryEvent]>) ->
             tr { th { "Tool" } td #task-tool { (task.tool) } }
             tr { th { "Owner" } td #task-owner { (task.owner.principal) } }
             tr { th { "Created" } td { (timeline::when(task.created_at)) } }
-            tr { th { "Attempt" } td #task-attempt { (task.attempt) " of " (task.max_attempts) } }
+            tr { th { "Attempt" } td #task-attempt { (task.current_attempt()) " of " (task.max_attempts) } }
             tr { th { "Trace id" } td { code #task-trace-id { (trace_id(task).unwrap_or_default()) } } }
         }
         @if !task.status.is_terminal() && (owner || viewer.is_admin) {

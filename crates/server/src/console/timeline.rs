@@ -21,7 +21,8 @@ fn events(task: &TaskRecord) -> Vec<(OffsetDateTime, String)> {
             task.updated_at,
             format!(
                 "attempt {} of {} claimed by worker {worker} (lease until {until})",
-                task.attempt, task.max_attempts
+                task.current_attempt(),
+                task.max_attempts
             ),
         ));
     }

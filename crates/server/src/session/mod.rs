@@ -125,6 +125,13 @@ fn adapt(
     method: &str,
     reply: Reply,
 ) -> Result<Reply, RpcError> {
+    let reply = match reply {
+        // No method a session delegates answers this way today; read it back if one does.
+        Reply::Serialized(text) => {
+            Reply::Result(serde_json::from_str(text.as_str()).map_err(|_| RpcError::internal())?)
+        }
+        other => other,
+    };
     let Reply::Result(Value::Object(result)) = reply else {
         return Ok(reply);
     };

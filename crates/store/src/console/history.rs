@@ -66,7 +66,8 @@ pub struct HistoryEvent {
     pub at: OffsetDateTime,
     pub kind: HistoryKind,
     pub worker: Option<String>,
-    /// The attempt the event belongs to, when known (input rounds start the count anew).
+    /// The attempt of the claim the event belongs to, when known (each input round starts
+    /// the count anew).
     pub attempt: Option<i32>,
     /// Claimed: how long the task waited to be claimed.
     pub pickup_ms: Option<i64>,
@@ -93,7 +94,8 @@ impl HistoryEvent {
 }
 
 pub(super) const FACTS: &str = "
-    SELECT created_at, claimed_at, claimed_by, pickup_ms, attempt, cancel_requested_at,
+    SELECT created_at, claimed_at, claimed_by, pickup_ms,
+           coalesce(claimed_attempt, attempt), cancel_requested_at,
            finished_at, status, end_reason
     FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3";
 
