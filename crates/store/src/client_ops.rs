@@ -121,7 +121,8 @@ impl Store {
     ) -> Result<Lookup<T>> {
         let expired: bool = sqlx::query_scalar(
             "SELECT EXISTS (
-                 SELECT 1 FROM task_tombstones WHERE tenant = $1 AND principal = $2 AND id = $3
+                 SELECT 1 FROM tombstones
+                 WHERE owner = mcp_tasks_owner_digest($1, $2) AND id = $3
              )",
         )
         .bind(&owner.tenant)

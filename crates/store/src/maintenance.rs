@@ -75,8 +75,8 @@ impl Store {
             history AS (
                 DELETE FROM task_events e USING gone g WHERE e.id = g.id
             )
-            INSERT INTO task_tombstones (tenant, principal, id)
-            SELECT tenant, principal, id FROM gone
+            INSERT INTO tombstones (owner, id)
+            SELECT mcp_tasks_owner_digest(tenant, principal), id FROM gone
             ON CONFLICT DO NOTHING
             ",
         )
@@ -98,9 +98,9 @@ impl Store {
             r"
             -- By ctid: a key join (IN) was planned as a hash join over every
             -- tombstone, which made a purge as slow as the table is big.
-            DELETE FROM task_tombstones
+            DELETE FROM tombstones
             WHERE ctid = ANY (ARRAY(
-                SELECT ctid FROM task_tombstones
+                SELECT ctid FROM tombstones
                 WHERE deleted_at < now() - $1 * interval '1 millisecond'
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
@@ -108,6 +108,35 @@ impl Store {
             ",
         )
         .bind(keep_ms)
+        .bind(limit)
+        .execute(self.pool())
+        .await
+        .db()?;
+        Ok(done.rows_affected())
+    }
+
+    /// Moves tombstones that workers of the previous release wrote into the old table
+    /// (`task_tombstones`, kept for the length of a rolling deploy) into `tombstones`.
+    #[tracing::instrument(
+        name = "db.maintenance.adopt_tombstones",
+        skip_all,
+        err(level = "debug")
+    )]
+    pub async fn adopt_legacy_tombstones(&self, limit: i64) -> Result<u64> {
+        let done = sqlx::query(
+            r"
+            WITH moved AS (
+                DELETE FROM task_tombstones
+                WHERE ctid = ANY (ARRAY(
+                    SELECT ctid FROM task_tombstones LIMIT $1 FOR UPDATE SKIP LOCKED
+                ))
+                RETURNING tenant, principal, id, deleted_at
+            )
+            INSERT INTO tombstones (owner, id, deleted_at)
+            SELECT mcp_tasks_owner_digest(tenant, principal), id, deleted_at FROM moved
+            ON CONFLICT DO NOTHING
+            ",
+        )
         .bind(limit)
         .execute(self.pool())
         .await
@@ -152,9 +181,12 @@ impl Store {
     /// back full (up to `MAX_ROUNDS`), so maintenance keeps up with any rate of expiry
     /// instead of one batch per interval.
     pub async fn maintain(&self, batch: i64, tombstone_keep_ms: i64) -> Result<MaintenanceReport> {
+        let expired = repeat(batch, || self.expire_overdue(batch)).await?;
+        let deleted = repeat(batch, || self.purge_expired(batch)).await?;
+        repeat(batch, || self.adopt_legacy_tombstones(batch)).await?;
         Ok(MaintenanceReport {
-            expired: repeat(batch, || self.expire_overdue(batch)).await?,
-            deleted: repeat(batch, || self.purge_expired(batch)).await?,
+            expired,
+            deleted,
             tombstones_deleted: repeat(batch, || self.purge_tombstones(tombstone_keep_ms, batch))
                 .await?,
             session_revocations_deleted: repeat(batch, || self.purge_session_revocations(batch))

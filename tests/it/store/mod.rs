@@ -18,6 +18,7 @@ mod input_keys;
 mod isolation;
 mod leases;
 mod migrations;
+mod tombstones;
 mod workers;
 
 use mcp_tasks_store::Owner;

@@ -153,8 +153,8 @@ impl Store {
         )) = facts
         else {
             let gone: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM task_tombstones
-                                WHERE tenant = $1 AND principal = $2 AND id = $3)",
+                "SELECT EXISTS (SELECT 1 FROM tombstones
+                                WHERE owner = mcp_tasks_owner_digest($1, $2) AND id = $3)",
             )
             .bind(&owner.tenant)
             .bind(&owner.principal)
