@@ -255,25 +255,30 @@ async fn report_waiting(shared: &Shared) {
     }
 }
 
-/// Live tasks at which a table that was never analyzed is given its first statistics.
-const FIRST_ANALYZE_ROWS: i64 = 1000;
+/// Live tasks at which a table that was never analysed is given its first statistics, and
+/// changed rows below which a table's statistics are never called stale (see
+/// `Store::analyze_if_stale`).
+const ANALYZE_MIN_ROWS: i64 = 1000;
+/// At most one ANALYZE of the task table per this many milliseconds, by any worker.
+const ANALYZE_MIN_GAP_MS: i64 = 10_000;
 
 pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken) {
     let config = &shared.config;
     let keep_ms = i64::try_from(config.tombstone_retention.as_millis()).unwrap_or(i64::MAX);
     let mut queue_checked = Instant::now();
-    // Whether the task table is known to have statistics (see Store::analyze_if_never).
-    let mut analyzed = false;
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.maintenance_interval) => {}
             () = shutdown.cancelled() => return,
         }
-        if !analyzed {
-            match shared.store.analyze_if_never(FIRST_ANALYZE_ROWS).await {
-                Ok(done) => analyzed = done,
-                Err(e) => tracing::debug!(error = %e, "could not look at the table's statistics"),
-            }
+        match shared
+            .store
+            .analyze_if_stale(ANALYZE_MIN_ROWS, ANALYZE_MIN_GAP_MS)
+            .await
+        {
+            Ok(true) => tracing::debug!("the task table's statistics were stale: analysed it"),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "could not look at the table's statistics"),
         }
         if queue_checked.elapsed() >= QUEUE_CHECK_EVERY {
             queue_checked = Instant::now();

@@ -235,35 +235,53 @@ async fn finishes_that_arrive_together_each_land_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_never_analyzed_gets_statistics_once_it_has_rows() {
+async fn the_task_table_is_analysed_when_it_has_none_or_stale_statistics() {
     let db = TestDb::new().await;
-    let analyzed = || async {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'tasks'",
+    let analyses = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tasks'",
         )
         .fetch_one(&db.pool)
         .await
         .expect("statistics")
     };
+    let analysed_when = |min_rows: i64, what: &'static str| {
+        let store = db.store.clone();
+        crate::harness::eventually(Duration::from_secs(30), what, move || {
+            let store = store.clone();
+            async move {
+                store
+                    .analyze_if_stale(min_rows, 0)
+                    .await
+                    .expect("check")
+                    .then_some(())
+            }
+        })
+    };
     let owner = Owner::new("acme", "stats");
     creates(&db.store, &owner, 20, None).await;
     // Too few rows: nothing to learn from them yet (the row count is reported within a
     // second or so, and only rises).
-    assert!(!db.store.analyze_if_never(1_000_000).await.expect("check"));
-    assert!(!analyzed().await);
-    crate::harness::eventually(
-        Duration::from_secs(30),
-        "the first statistics of the task table",
-        || async {
-            db.store
-                .analyze_if_never(10)
-                .await
-                .expect("check")
-                .then_some(())
-        },
-    )
-    .await;
-    assert!(analyzed().await);
-    // From then on it is known to have them.
-    assert!(db.store.analyze_if_never(1_000_000).await.expect("check"));
+    assert!(
+        !db.store
+            .analyze_if_stale(1_000_000, 0)
+            .await
+            .expect("check")
+    );
+    assert_eq!(analyses().await, 0);
+    analysed_when(10, "the first statistics of the task table").await;
+    assert_eq!(analyses().await, 1);
+    // Fresh: nothing changed since.
+    assert!(!db.store.analyze_if_stale(10, 0).await.expect("check"));
+
+    // More rows change than the planner believes the table holds (20): stale, but not
+    // within the gap of the last ANALYZE.
+    creates(&db.store, &owner, 50, None).await;
+    assert!(!db.store.analyze_if_stale(10, 600_000).await.expect("check"));
+    assert_eq!(analyses().await, 1);
+    analysed_when(10, "new statistics of the changed table").await;
+    assert_eq!(analyses().await, 2);
+    // A change smaller than the table is not staleness.
+    creates(&db.store, &owner, 5, None).await;
+    assert!(!db.store.analyze_if_stale(1, 0).await.expect("check"));
 }
