@@ -20,7 +20,7 @@ use mcp_tasks_store::{Health, PercentileBucket, StoreError, WorkerLoad, WorkerPr
 
 use super::list::{count_text, scope};
 use super::session::Viewer;
-use super::{layout, live_health, script, timeline};
+use super::{layout, script, timeline};
 use crate::AppState;
 
 const WINDOW: Duration = Duration::from_secs(3600);
@@ -31,9 +31,7 @@ const GONE_SHOWN: Duration = Duration::from_secs(600);
 const RUNNING_SHOWN: usize = 20;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/console/health", get(page))
-        .route("/console/health/events", get(live_health::events))
+    Router::new().route("/console/health", get(page))
 }
 
 async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {

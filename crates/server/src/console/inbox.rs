@@ -12,16 +12,14 @@ use maud::{Markup, PreEscaped, html};
 use mcp_tasks_store::TaskSummary;
 
 use super::session::Viewer;
-use super::{layout, live_inbox, script, timeline};
+use super::{layout, script, timeline};
 use crate::AppState;
 
 /// Most tasks listed.
 pub(super) const LIMIT: i64 = 200;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/console/inbox", get(page))
-        .route("/console/inbox/events", get(live_inbox::events))
+    Router::new().route("/console/inbox", get(page))
 }
 
 async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {

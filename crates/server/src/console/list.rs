@@ -21,7 +21,7 @@ use mcp_tasks_wire::TaskStatus;
 use time::OffsetDateTime;
 
 use super::session::Viewer;
-use super::{layout, live_list, script, timeline};
+use super::{layout, script, timeline};
 use crate::AppState;
 
 /// Rows per page.
@@ -30,9 +30,7 @@ pub(super) const PAGE: i64 = 50;
 const MAX_PARAM: usize = 200;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/console/tasks", get(page))
-        .route("/console/tasks/events", get(live_list::events))
+    Router::new().route("/console/tasks", get(page))
 }
 
 /// The form's fields as given (echoed back into the form), and what they mean.

@@ -68,6 +68,11 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/console/oauth/callback", get(oauth::callback))
         .route("/console/tasks/{id}", get(task::page))
         .route("/console/tasks/{id}/events", get(live::events))
+        // The live parts' streams are routed here, not by their pages: each stream
+        // renders with its page's code, so the page must not refer back to it.
+        .route("/console/tasks/events", get(live_list::events))
+        .route("/console/inbox/events", get(live_inbox::events))
+        .route("/console/health/events", get(live_health::events))
         .route("/console/tasks/{id}/cancel", post(actions::cancel))
         .route("/console/tasks/{id}/answer", post(actions::answer))
         .merge(list::routes())

@@ -24,8 +24,9 @@ use serde::{Deserialize, Serialize};
 
 use super::layout;
 use super::provider::Provider;
-use super::renewal;
-use super::session::{MAX_TOKEN_BYTES, Session, cookie, cookie_header, now_ms, settings, sign_in};
+use super::session::{
+    MAX_CLIENT_ID_BYTES, MAX_TOKEN_BYTES, Session, cookie, cookie_header, now_ms, settings, sign_in,
+};
 use crate::AppState;
 
 const COOKIE: &str = "mcp_tasks_console_oauth";
@@ -261,7 +262,7 @@ pub(crate) async fn callback(
     }
     let mut session = Session::new(&state, Some(token));
     session.client_id = Some(provider.client_id.clone());
-    renewal::keep(&mut session, &response);
+    keep(&mut session, &response);
     // The session cookie is SameSite=Strict, which a browser withholds from the rest of
     // a redirect chain that began on another site: so a page of ours moves on instead
     // of a redirect, and that navigation carries the new cookie.
@@ -287,5 +288,65 @@ pub(crate) async fn callback(
             response
         }
         Err(why) => failed(&why),
+    }
+}
+
+/// Renewal comes this long before the access token expires (a quarter of its lifetime
+/// when that is shorter), so a page's next requests do not meet it expired.
+const AHEAD_MS: i64 = 30_000;
+
+/// Takes what a token response gives a session beyond its access token: the refresh
+/// token (a new one when the server rotates it, else the one it has) and when to renew.
+pub(crate) fn keep(session: &mut Session, response: &impl TokenResponse) {
+    if let Some(refresh) = response.refresh_token() {
+        session.refresh = Some(refresh.secret().clone());
+    }
+    let carried = [&session.token, &session.refresh, &session.client_id]
+        .iter()
+        .map(|t| t.as_ref().map_or(0, String::len))
+        .sum::<usize>();
+    if carried > MAX_TOKEN_BYTES + MAX_CLIENT_ID_BYTES {
+        tracing::info!(
+            "console: the refresh token does not fit in the session cookie; the session ends with its access token"
+        );
+        session.refresh = None;
+        session.client_id = None;
+    }
+    session.renew_ms = response.expires_in().map(|lifetime| {
+        let ms = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
+        now_ms().saturating_add(ms - AHEAD_MS.min(ms / 4))
+    });
+}
+
+/// Sign-out: the refresh token is revoked at the authorization server (RFC 7009), when
+/// it offers revocation, so no copy of the cookie renews again. Best effort: the session
+/// is ended for every replica by its revocation in the store either way.
+pub(crate) async fn revoke_at_server(state: &AppState, session: &Session) {
+    let Some(refresh) = &session.refresh else {
+        return;
+    };
+    let Ok(provider) = provider(state).await else {
+        return;
+    };
+    let Some(endpoint) = &provider.revocation else {
+        return;
+    };
+    let sent = provider
+        .http
+        .post(endpoint)
+        .form(&[
+            ("token", refresh.as_str()),
+            ("token_type_hint", "refresh_token"),
+            (
+                "client_id",
+                session.client_id.as_deref().unwrap_or(&provider.client_id),
+            ),
+        ])
+        .send()
+        .await;
+    match sent {
+        Ok(r) if r.status().is_success() => {}
+        Ok(r) => tracing::info!(status = %r.status(), "console: the refresh token was not revoked"),
+        Err(e) => tracing::info!(error = %e, "console: the refresh token was not revoked"),
     }
 }

@@ -27,17 +27,12 @@ use super::{layout, oauth, signin};
 use crate::AppState;
 use crate::session::context::time_of;
 
-/// Renewal comes this long before the access token expires (a quarter of its lifetime
-/// when that is shorter), so a page's next requests do not meet it expired.
-const AHEAD_MS: i64 = 30_000;
 /// How long a renewal's successor is remembered for the requests still carrying the
 /// refresh token it spent.
 const REMEMBER_MS: i64 = 5 * 60 * 1000;
 /// A request renews at most this often: one that spent an old token may be handed a
 /// successor that is itself due.
 const MAX_RENEWALS: usize = 3;
-/// Room the cookie keeps for the client id, besides the tokens' `MAX_TOKEN_BYTES`.
-pub(crate) const MAX_CLIENT_ID_BYTES: usize = 64;
 
 /// Why a session could not be renewed.
 #[derive(Debug)]
@@ -73,29 +68,6 @@ impl Session {
     pub(crate) fn renewal_due(&self) -> bool {
         self.refresh.is_some() && self.renew_ms.is_some_and(|at| at <= now_ms())
     }
-}
-
-/// Takes what a token response gives a session beyond its access token: the refresh
-/// token (a new one when the server rotates it, else the one it has) and when to renew.
-pub(crate) fn keep(session: &mut Session, response: &impl TokenResponse) {
-    if let Some(refresh) = response.refresh_token() {
-        session.refresh = Some(refresh.secret().clone());
-    }
-    let carried = [&session.token, &session.refresh, &session.client_id]
-        .iter()
-        .map(|t| t.as_ref().map_or(0, String::len))
-        .sum::<usize>();
-    if carried > MAX_TOKEN_BYTES + MAX_CLIENT_ID_BYTES {
-        tracing::info!(
-            "console: the refresh token does not fit in the session cookie; the session ends with its access token"
-        );
-        session.refresh = None;
-        session.client_id = None;
-    }
-    session.renew_ms = response.expires_in().map(|lifetime| {
-        let ms = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
-        now_ms().saturating_add(ms - AHEAD_MS.min(ms / 4))
-    });
 }
 
 /// `session` renewed: taken from an earlier renewal that spent the same refresh token,
@@ -166,41 +138,8 @@ async fn exchange(
     }
     let mut next = session.clone();
     next.token = Some(token.clone());
-    keep(&mut next, &response);
+    oauth::keep(&mut next, &response);
     Ok(next)
-}
-
-/// Sign-out: the refresh token is revoked at the authorization server (RFC 7009), when
-/// it offers revocation, so no copy of the cookie renews again. Best effort: the session
-/// is ended for every replica by its revocation in the store either way.
-pub(crate) async fn revoke_at_server(state: &AppState, session: &Session) {
-    let Some(refresh) = &session.refresh else {
-        return;
-    };
-    let Ok(provider) = oauth::provider(state).await else {
-        return;
-    };
-    let Some(endpoint) = &provider.revocation else {
-        return;
-    };
-    let sent = provider
-        .http
-        .post(endpoint)
-        .form(&[
-            ("token", refresh.as_str()),
-            ("token_type_hint", "refresh_token"),
-            (
-                "client_id",
-                session.client_id.as_deref().unwrap_or(&provider.client_id),
-            ),
-        ])
-        .send()
-        .await;
-    match sent {
-        Ok(r) if r.status().is_success() => {}
-        Ok(r) => tracing::info!(status = %r.status(), "console: the refresh token was not revoked"),
-        Err(e) => tracing::info!(error = %e, "console: the refresh token was not revoked"),
-    }
 }
 
 /// Middleware for every console route: a session with a refresh token is renewed when

@@ -31,6 +31,9 @@ pub(crate) const MAX_COOKIE_BYTES: usize = 4000;
 /// Longest bearer token a session can carry, with its refresh token if it has one (what
 /// fits in the cookie once encrypted: the JSON around them, nonce and tag, base64).
 pub(crate) const MAX_TOKEN_BYTES: usize = 2750;
+/// Room the cookie keeps for the client id (of a session renewed through OAuth, see
+/// `renewal`), besides the tokens' `MAX_TOKEN_BYTES`.
+pub(crate) const MAX_CLIENT_ID_BYTES: usize = 64;
 
 /// What the session cookie carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -330,7 +333,6 @@ pub(crate) async fn sign_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::console::renewal::MAX_CLIENT_ID_BYTES;
     use crate::request_state::StateKeys;
 
     #[test]

@@ -144,7 +144,7 @@ pub(crate) async fn signout(
     {
         return layout::store_error(e);
     }
-    super::renewal::revoke_at_server(&state, &session).await;
+    super::oauth::revoke_at_server(&state, &session).await;
     let mut response = Redirect::to("/console/signin").into_response();
     response
         .headers_mut()
