@@ -26,9 +26,10 @@ fn retry_after(raw: &Answer) -> u64 {
 async fn the_rate_limit_is_per_principal_and_says_when_to_come_back() {
     let app = TestApp::builder()
         .config(|config| {
-            // A burst of 5, refilled at 2 per second: the 6th immediate request is over.
+            // A burst of 5, refilled at one per 5 s: the 6th request is over unless the
+            // first six took 5 s (at 2 per second, a loaded machine's 0.5 s refilled one).
             config.rate_limit = Some(RateLimit {
-                per_second: 2.0,
+                per_second: 0.2,
                 burst: 5.0,
             });
         })
@@ -51,7 +52,7 @@ async fn the_rate_limit_is_per_principal_and_says_when_to_come_back() {
     assert_eq!(e["error"]["data"]["limit"], "requests_per_second", "{e}");
     let message = e["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("too many requests") && message.contains("limit 2 per second"),
+        message.contains("too many requests") && message.contains("limit 0.2 per second"),
         "{e}"
     );
 

@@ -69,7 +69,8 @@ pub(crate) enum Snapshot {
 pub(crate) struct TaskSnapshot {
     pub(crate) version: i64,
     pub(crate) status: TaskStatus,
-    /// Claims of the current run, and how many it may have (the console's list shows them).
+    /// The attempt the task is on (`TaskRecord::current_attempt`), and how many it may
+    /// have (the console's list shows them).
     pub(crate) attempt: i32,
     pub(crate) max_attempts: i32,
     /// The `DetailedTask` as `tasks/get` shows it, without `resultType`.
@@ -81,7 +82,7 @@ impl TaskSnapshot {
         Self {
             version: record.version,
             status: record.status,
-            attempt: record.attempt,
+            attempt: record.current_attempt(),
             max_attempts: record.max_attempts,
             detailed: record.view().detailed(),
         }

@@ -105,7 +105,8 @@ macro_rules! scanned_list {
         concat!(
             "WITH scanned AS MATERIALIZED (SELECT ",
             summary_columns!(),
-            " FROM tasks WHERE ",
+            // For the outer selects' `coalesce(claimed_attempt, attempt)`.
+            ", claimed_attempt FROM tasks WHERE ",
             scoped!($scope),
             bounds!(),
             " ORDER BY created_at DESC, id DESC LIMIT $11),

@@ -61,6 +61,8 @@ pub struct TaskSummary {
     pub end_reason: Option<EndReason>,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
+    /// The attempt the task is on (`TaskRecord::current_attempt`): an input round keeps
+    /// the attempt of the claim that asked.
     pub attempt: i32,
     pub max_attempts: i32,
 }
@@ -69,7 +71,7 @@ pub struct TaskSummary {
 macro_rules! summary_columns {
     () => {
         "tenant, principal, id, tool, status, status_message, end_reason, created_at,
-         updated_at, attempt, max_attempts"
+         updated_at, coalesce(claimed_attempt, attempt) AS attempt, max_attempts"
     };
 }
 pub(crate) use summary_columns;
