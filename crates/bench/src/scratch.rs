@@ -22,9 +22,11 @@ impl ScratchDatabase {
     pub(crate) async fn create(admin_url: &str, pool: &PoolConfig) -> anyhow::Result<Self> {
         let name = format!("mcp_tasks_bench_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::connect(admin_url).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(mcp_tasks_devdb::create_database_sql(
+            &name,
+        )))
+        .execute(&mut admin)
+        .await?;
         admin.close().await?;
         let url = mcp_tasks_devdb::with_database(admin_url, &name);
         let store = Store::connect(&url, pool).await?;

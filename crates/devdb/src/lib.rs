@@ -269,6 +269,15 @@ fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
     }
 }
 
+/// The statement that creates a harness's scratch database `name` (an identifier the caller
+/// made). UTF8 with the C locale whatever the server's defaults: a server initialised
+/// without a locale (as some stand-ins for the official image are) defaults to
+/// SQL_ASCII, where PostgreSQL refuses JSON text with `\u` escapes of non-ASCII
+/// characters; template0 is the template that may take another encoding.
+pub fn create_database_sql(name: &str) -> String {
+    format!("CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C'")
+}
+
 /// `postgres://host/db?x` with another database name (the path replaced, the query kept).
 pub fn with_database(url: &str, db: &str) -> String {
     let (base, query) = url

@@ -289,6 +289,20 @@ impl Store {
             .run(&self.pool)
             .await
             .map_err(|e| StoreError(Repr::Migrate(e)))?;
+        // Not refused: most JSON works in other encodings. But a database made on a
+        // server initialised without a locale is SQL_ASCII, where PostgreSQL refuses
+        // JSON text with `\u` escapes of non-ASCII characters, so some tool arguments
+        // and results would fail to store; say so once, where an operator looks.
+        let encoding: String = sqlx::query_scalar("SELECT current_setting('server_encoding')")
+            .fetch_one(&self.pool)
+            .await
+            .db()?;
+        if encoding != "UTF8" {
+            tracing::warn!(
+                encoding = %encoding,
+                "the database's encoding is not UTF8: JSON with \\u escapes of non-ASCII characters will be refused; create the database with ENCODING 'UTF8'"
+            );
+        }
         Ok(())
     }
 

@@ -74,6 +74,10 @@ fn start_once() -> Result<String, String> {
         // restarts it once after initialising), with user, password and database
         // `postgres`.
         let image = Postgres::default()
+            // Trust, not SCRAM: in a debug build, SCRAM's key derivation costs a client
+            // about 60 ms of CPU per connection (2 ms without it), and every test opens
+            // pools of its own; on a loaded machine that alone timed out pool acquires.
+            .with_host_auth()
             .with_name(IMAGE.0)
             .with_tag(IMAGE.1)
             .with_mapped_port(port, 5432.tcp())

@@ -75,10 +75,12 @@ impl TestDb {
         let admin_url = server_url();
         let name = format!("mcp_tasks_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = connect_retrying(&admin_url).await;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await
-            .expect("CREATE DATABASE");
+        sqlx::query(sqlx::AssertSqlSafe(mcp_tasks_devdb::create_database_sql(
+            &name,
+        )))
+        .execute(&mut admin)
+        .await
+        .expect("CREATE DATABASE");
         let url = with_database(&admin_url, &name);
         let store = Store::connect(
             &url,

@@ -83,6 +83,8 @@ fn toml_list(items: &[String]) -> String {
 const FAST_WORKER: &[(&str, &str)] = &[
     ("MCP_TASKS_LEASE_MS", "1500"),
     ("MCP_TASKS_POLL_MS", "200"),
+    // Often, so that `wait_reachable` soon sees the tools a worker has.
+    ("MCP_TASKS_PRESENCE_MS", "300"),
     (
         "MCP_TASKS_LOG",
         "info,sqlx=warn,rmcp=warn,mcp_tasks_upstream=debug",
@@ -121,17 +123,38 @@ impl Fleet {
         fleet
     }
 
-    /// Waits until the replica reaches every upstream (a Python upstream may take longer
-    /// to start than the replica waits at start-up; its tools appear when it answers).
+    /// Waits until the replica and every worker reach every upstream (a Python upstream
+    /// may take longer to start than they wait at start-up; its tools appear when it
+    /// answers). A worker says which tools it has in its row of the `workers` table.
     async fn wait_reachable(&self) {
         let url = self.replica.url().replace("/mcp", "/readyz");
-        crate::harness::eventually(
+        let tools = crate::harness::eventually(
             Duration::from_secs(120),
-            "every upstream reachable",
+            "every upstream reachable from the replica",
             || async {
                 let ready: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
                 let all = ready["upstreams"].as_array()?;
-                all.iter().all(|u| u["reachable"] == true).then_some(())
+                all.iter()
+                    .all(|u| u["reachable"] == true)
+                    .then(|| all.iter().filter_map(|u| u["tools"].as_i64()).sum::<i64>())
+            },
+        )
+        .await;
+        let workers = i64::try_from(self.workers.len()).expect("worker count");
+        crate::harness::eventually(
+            Duration::from_secs(120),
+            "every upstream reachable from every worker",
+            || async {
+                let ready: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM workers
+                      WHERE cardinality(tools) >= $1
+                        AND last_seen_at > now() - interval '3 seconds'",
+                )
+                .bind(tools)
+                .fetch_one(&self.db.pool)
+                .await
+                .ok()?;
+                (ready >= workers).then_some(())
             },
         )
         .await;
