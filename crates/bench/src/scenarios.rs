@@ -68,7 +68,7 @@ pub(crate) struct Env {
 }
 
 impl Env {
-    async fn start(config: &Config) -> anyhow::Result<Self> {
+    pub(crate) async fn start(config: &Config) -> anyhow::Result<Self> {
         // The raw baselines' clients share at most this many connections, as the
         // service's requests share its pool (the server is shared: its connection limit
         // is not ours alone).
@@ -111,7 +111,7 @@ impl Env {
         })
     }
 
-    async fn stop(self) -> anyhow::Result<()> {
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
         self.service.stop().await;
         self.db.drop_database().await
     }
