@@ -160,7 +160,8 @@ async fn compare(empty: &Env, loaded: &Env, out: &mut dyn Write) -> anyhow::Resu
         target(
             out,
             &format!(
-                "scale {name} within 10 % of the empty store (median of {rounds} rounds' loaded/empty)"
+                "scale {name} within 10 % of the empty store (loaded/empty, median of {rounds} round{})",
+                if rounds == 1 { "" } else { "s" }
             ),
             r >= 0.9,
             &format!("{r:.3}x"),
