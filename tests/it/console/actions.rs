@@ -200,6 +200,15 @@ async fn the_live_stream_follows_the_task_to_its_end() {
             .contains("task-answer")
     );
     assert_eq!(first["keys"], "confirm_delete");
+    // What the snapshot does not carry is read again for the page: the attempt the input
+    // round belongs to, and the timeline with the claim that ran it.
+    assert_eq!(first["attempt"], "1 of 3", "{first}");
+    let timeline = first["timeline"].as_str().unwrap_or_default();
+    assert!(
+        timeline.starts_with(r#"<ol id="task-timeline">"#)
+            && timeline.contains(r#"data-kind="claimed""#),
+        "{timeline}"
+    );
 
     api.update_task(
         &id,
@@ -213,6 +222,13 @@ async fn the_live_stream_follows_the_task_to_its_end() {
     let last = seen.last().expect("updates after the answer");
     assert_eq!(last["status"], "completed", "{seen:?}");
     assert_eq!(last["terminal"], true);
+    assert!(
+        last["timeline"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(r#"data-kind="finished""#),
+        "the timeline ends with the finish: {last}"
+    );
     assert!(
         last["result"]
             .as_str()

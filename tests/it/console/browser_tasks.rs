@@ -58,6 +58,11 @@ async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_sho
     let message = waiting["statusMessage"].as_str().unwrap_or_default();
     assert!(!message.is_empty(), "no status message: {waiting}");
     browser.wait_text("#task-status-message", message).await;
+    // The attempt that asked, and its claim in the timeline, come live too.
+    browser.wait_text("#task-attempt", "1 of 3").await;
+    browser
+        .wait_for(r#"#task-timeline li[data-kind="claimed"]"#)
+        .await;
     assert!(
         browser.still_marked().await,
         "the page was reloaded or left: the status must update live"

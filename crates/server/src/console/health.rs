@@ -108,9 +108,14 @@ const COLORS: [&str; 6] = [
 const W: f64 = 640.0;
 const H: f64 = 200.0;
 const PAD: f64 = 40.0;
+/// Room right of the plot for the legend (tool names, and which line is which percentile).
+const LEGEND: f64 = 180.0;
+/// Longest tool name the legend shows whole.
+const LEGEND_CHARS: usize = 26;
 
 /// One plot: a line per tool and percentile (p50 solid, p90 dashed, p99 dotted) over
-/// the window's buckets; y from 0 to the largest figure.
+/// the window's buckets, with a mark at each bucket (one bucket alone is a line of no
+/// length); y from 0 to the largest figure.
 fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> Markup {
     let mut tools: Vec<&str> = h.percentiles.iter().map(|b| b.tool.as_str()).collect();
     tools.sort_unstable();
@@ -132,7 +137,7 @@ fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> 
     let y = |v: f64| H - PAD / 2.0 - v / max * (H - PAD);
     let dashes = ["", "6 3", "2 3"];
     html! {
-        svg class="plot" id=(id) viewBox={ "0 0 " (W) " " (H) } width=(W) height=(H) role="img" {
+        svg class="plot" id=(id) viewBox={ "0 0 " (W + LEGEND) " " (H) } width=(W + LEGEND) height=(H) role="img" {
             title { (id) }
             line x1=(PAD) y1=(y(0.0)) x2=(W - PAD) y2=(y(0.0)) stroke="#888" {}
             line x1=(PAD) y1=(y(0.0)) x2=(PAD) y2=(y(max)) stroke="#888" {}
@@ -149,10 +154,36 @@ fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> 
                 @for (p, dash) in dashes.iter().enumerate() {
                     polyline fill="none" stroke=(color) stroke-dasharray=(dash) data-tool=(tool)
                         points=(points.iter().map(|b| format!("{:.1},{:.1}", x(b), y(value(b)[p]))).collect::<Vec<_>>().join(" ")) {}
+                    @for b in &points {
+                        circle cx=(format!("{:.1}", x(b))) cy=(format!("{:.1}", y(value(b)[p]))) r="2.5" fill=(color) {
+                            title { (tool) " p" (["50", "90", "99"][p]) " " (ms_text(value(b)[p])) }
+                        }
+                    }
                 }
-                text x=(W - PAD + 4.0) y=(14.0 + 12.0 * t as f64) font-size="10" fill=(color) { (tool) }
+                text x=(W - PAD + 12.0) y=(14.0 + 12.0 * t as f64) font-size="10" fill=(color) {
+                    title { (tool) }
+                    (legend_name(tool))
+                }
+            }
+            @if !tools.is_empty() {
+                @for (p, dash) in dashes.iter().enumerate() {
+                    @let at = H - PAD / 2.0 - 12.0 * (2 - p) as f64;
+                    line x1=(W - PAD + 12.0) y1=(at - 3.0) x2=(W - PAD + 36.0) y2=(at - 3.0) stroke="#555" stroke-dasharray=(dash) {}
+                    text x=(W - PAD + 40.0) y=(at) font-size="10" { "p" (["50", "90", "99"][p]) }
+                }
             }
         }
+    }
+}
+
+/// A tool's name as the legend shows it: whole, or cut with an ellipsis (the full name
+/// is the entry's tooltip).
+fn legend_name(tool: &str) -> String {
+    if tool.chars().count() <= LEGEND_CHARS {
+        tool.to_owned()
+    } else {
+        let cut: String = tool.chars().take(LEGEND_CHARS - 1).collect();
+        format!("{cut}…")
     }
 }
 

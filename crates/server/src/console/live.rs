@@ -3,9 +3,12 @@
 //! The page registers a watch on its task with the replica's push hub, exactly as a
 //! `subscriptions/listen` stream does (so the task's changes NOTIFY, and whichever
 //! replica serves the page hears them), and each new version goes out as one event:
-//! the status, the message, and the pending input already rendered for this viewer.
-//! The stream ends after the task's final state. Streams count against the principal's
-//! limit of open streams on this replica, like listen streams.
+//! the status, the message, and the pending input already rendered for this viewer; and
+//! the attempt and the timeline, which the snapshot does not carry, read again for it
+//! (the row and its history by key: two statements per change of a task someone has
+//! open, and none for the tasks nobody looks at). The stream ends after the task's final
+//! state. Streams count against the principal's limit of open streams on this replica,
+//! like listen streams.
 
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -15,8 +18,10 @@ use serde_json::{Value, json};
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use mcp_tasks_store::{Lookup, Owner, TaskId};
+
 use super::session::Viewer;
-use super::{layout, task};
+use super::{layout, task, timeline};
 use crate::AppState;
 use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
 use crate::push::streams::StreamPermit;
@@ -50,6 +55,8 @@ pub(crate) async fn events(
         updates: WatchStream::new(watcher.rx.clone()),
         owner: viewer.is_owner(&task),
         id: task.id.to_string(),
+        task: (task.owner.clone(), task.id),
+        state: state.clone(),
         viewer,
         done: false,
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
@@ -65,6 +72,9 @@ struct LiveTask {
     viewer: Viewer,
     owner: bool,
     id: String,
+    /// The task's owner and id, for reading its row and history again.
+    task: (Owner, TaskId),
+    state: AppState,
     done: bool,
     shutdown: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
     _watcher: Watcher,
@@ -74,21 +84,47 @@ struct LiveTask {
 impl LiveTask {
     /// What the page puts in place: status, message, the pending input rendered for this
     /// viewer, and (for the owner) the result.
-    fn render(&self, snap: &TaskSnapshot) -> Value {
+    fn render(&self, snap: &TaskSnapshot, extra: Option<(String, String)>) -> Value {
         let detailed = &snap.detailed;
         let keys: Vec<&str> = detailed
             .get("inputRequests")
             .and_then(Value::as_object)
             .map(|r| r.keys().map(String::as_str).collect())
             .unwrap_or_default();
+        let (attempt, timeline) = extra.unzip();
         json!({
             "status": snap.status.as_str(),
             "message": detailed.get("statusMessage"),
             "keys": keys.join(" "),
             "inputs": task::inputs(&self.viewer, self.owner, &self.id, detailed).into_string(),
             "result": self.owner.then(|| task::result(detailed).into_string()),
+            "attempt": attempt,
+            "timeline": timeline,
             "terminal": snap.status.is_terminal(),
         })
+    }
+
+    /// The attempt ("1 of 3") and the timeline as they are now; `None` when either read
+    /// fails or the task is gone (the page keeps what it shows: the rest of the update
+    /// still goes out).
+    async fn attempt_and_timeline(&self) -> Option<(String, String)> {
+        let (owner, id) = &self.task;
+        let store = self.state.store();
+        let Ok(Lookup::Found(task)) = store.get_task(owner, *id).await else {
+            return None;
+        };
+        let history = match store.task_history(owner, *id).await {
+            Ok(Lookup::Found(events)) => Some(events),
+            Ok(Lookup::Expired | Lookup::NotFound) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "task page: history not read for a live update");
+                return None;
+            }
+        };
+        Some((
+            format!("{} of {}", task.current_attempt(), task.max_attempts),
+            timeline::render(&task, history.as_deref()).into_string(),
+        ))
     }
 }
 
@@ -108,7 +144,8 @@ impl EventSource for LiveTask {
                 Snapshot::Gone => return None,
                 Snapshot::Task(snap) => {
                     self.done = snap.status.is_terminal();
-                    return Some(sse::frame(&self.render(&snap)));
+                    let extra = self.attempt_and_timeline().await;
+                    return Some(sse::frame(&self.render(&snap, extra)));
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 /// The task page (see `live`): follows the events and puts each update in place; closes
 /// once the task is final (so the browser does not reconnect).
-pub(crate) const SCRIPT: &str = r#"(function(){if(!window.EventSource)return;var es=new EventSource(location.pathname+"/events");function el(i){return document.getElementById(i);}es.onmessage=function(m){var d=JSON.parse(m.data);el("task-status").textContent=d.status;el("task-status-message").textContent=d.message||"";var i=el("task-inputs");if(i&&i.getAttribute("data-keys")!==d.keys){i.outerHTML=d.inputs;}var r=el("task-result");if(r&&d.result){r.outerHTML=d.result;}if(d.terminal){var c=el("task-cancel");if(c)c.remove();es.close();}};})();"#;
+pub(crate) const SCRIPT: &str = r#"(function(){if(!window.EventSource)return;var es=new EventSource(location.pathname+"/events");function el(i){return document.getElementById(i);}es.onmessage=function(m){var d=JSON.parse(m.data);el("task-status").textContent=d.status;el("task-status-message").textContent=d.message||"";var i=el("task-inputs");if(i&&i.getAttribute("data-keys")!==d.keys){i.outerHTML=d.inputs;}var r=el("task-result");if(r&&d.result){r.outerHTML=d.result;}var a=el("task-attempt");if(a&&d.attempt)a.textContent=d.attempt;var t=el("task-timeline");if(t&&d.timeline)t.outerHTML=d.timeline;if(d.terminal){var c=el("task-cancel");if(c)c.remove();es.close();}};})();"#;
 
 /// The tasks list (see `live_list`): puts each row's status, attempt and message in
 /// place, and shows or hides the "new tasks" notice.

@@ -1,5 +1,6 @@
-//! `GET /console/tasks/{id}`: one task, as its viewer may see it. Status, message and
-//! pending input are the live part (see `live`); the rest is as of the page load.
+//! `GET /console/tasks/{id}`: one task, as its viewer may see it. Status, message,
+//! pending input, result, attempt and timeline are the live part (see `live`); the rest
+//! (tool, owner, arguments, trace id) never changes.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
