@@ -338,12 +338,11 @@ async fn a_killed_listen_connection_costs_no_final_state() {
     // hub opens that connection on its own; on a loaded machine it may not be up yet.
     let killed: Vec<bool> =
         crate::harness::eventually(WAIT, "the replica's listener backend, to kill", || async {
-            let mut sql = db.sql().await;
             let killed: Vec<bool> = sqlx::query_scalar(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                  WHERE application_name = 'mcp-tasks-listen' AND datname = current_database()",
             )
-            .fetch_all(&mut sql)
+            .fetch_all(&db.pool)
             .await
             .expect("terminate");
             (!killed.is_empty()).then_some(killed)

@@ -108,6 +108,8 @@ const COLORS: [&str; 6] = [
 const W: f64 = 640.0;
 const H: f64 = 200.0;
 const PAD: f64 = 40.0;
+/// The percentiles each plot draws, in the order of `dashes`.
+const PERCENTILES: [&str; 3] = ["p50", "p90", "p99"];
 /// Room right of the plot for the legend (tool names, and which line is which percentile).
 const LEGEND: f64 = 180.0;
 /// Longest tool name the legend shows whole.
@@ -156,7 +158,7 @@ fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> 
                         points=(points.iter().map(|b| format!("{:.1},{:.1}", x(b), y(value(b)[p]))).collect::<Vec<_>>().join(" ")) {}
                     @for b in &points {
                         circle cx=(format!("{:.1}", x(b))) cy=(format!("{:.1}", y(value(b)[p]))) r="2.5" fill=(color) {
-                            title { (tool) " p" (["50", "90", "99"][p]) " " (ms_text(value(b)[p])) }
+                            title { (tool) " " (PERCENTILES[p]) " " (ms_text(value(b)[p])) }
                         }
                     }
                 }
@@ -169,7 +171,7 @@ fn plot(id: &str, h: &Health, value: impl Fn(&PercentileBucket) -> [f64; 3]) -> 
                 @for (p, dash) in dashes.iter().enumerate() {
                     @let at = H - PAD / 2.0 - 12.0 * (2 - p) as f64;
                     line x1=(W - PAD + 12.0) y1=(at - 3.0) x2=(W - PAD + 36.0) y2=(at - 3.0) stroke="#555" stroke-dasharray=(dash) {}
-                    text x=(W - PAD + 40.0) y=(at) font-size="10" { "p" (["50", "90", "99"][p]) }
+                    text x=(W - PAD + 40.0) y=(at) font-size="10" { (PERCENTILES[p]) }
                 }
             }
         }

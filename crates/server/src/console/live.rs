@@ -54,7 +54,6 @@ pub(crate) async fn events(
     let source = LiveTask {
         updates: WatchStream::new(watcher.rx.clone()),
         owner: viewer.is_owner(&task),
-        id: task.id.to_string(),
         task: (task.owner.clone(), task.id),
         state: state.clone(),
         viewer,
@@ -71,8 +70,7 @@ struct LiveTask {
     updates: WatchStream<Snapshot>,
     viewer: Viewer,
     owner: bool,
-    id: String,
-    /// The task's owner and id, for reading its row and history again.
+    /// The task's owner and id (the hub's key, and how its row and history are read).
     task: (Owner, TaskId),
     state: AppState,
     done: bool,
@@ -96,7 +94,7 @@ impl LiveTask {
             "status": snap.status.as_str(),
             "message": detailed.get("statusMessage"),
             "keys": keys.join(" "),
-            "inputs": task::inputs(&self.viewer, self.owner, &self.id, detailed).into_string(),
+            "inputs": task::inputs(&self.viewer, self.owner, &self.task.1.to_string(), detailed).into_string(),
             "result": self.owner.then(|| task::result(detailed).into_string()),
             "attempt": attempt,
             "timeline": timeline,
