@@ -31,6 +31,8 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
     } = command;
     // The console is on in dev unless turned off.
     server.console.by_default = true;
+    // Before a throwaway cluster is started for nothing.
+    server.refuse_unsafe()?;
     let tools = tools.load().await?;
     let registry = tools.registry.clone();
     let throwaway;

@@ -31,6 +31,7 @@ pub(super) struct ServeCommand {
 }
 
 pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    command.server.refuse_unsafe()?;
     let store = command.database.connect().await?;
     if command.migrate {
         store.migrate().await.context("migrating")?;
@@ -53,7 +54,8 @@ pub(super) struct ServerArgs {
     #[arg(long, env = "MCP_TASKS_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Host names accepted in Host and Origin headers, comma-separated, or `*` for any.
-    /// Defaults to localhost names on a loopback address and `*` otherwise.
+    /// Defaults to localhost names on a loopback address and `*` otherwise; required
+    /// beyond loopback with --auth none.
     #[arg(long, env = "MCP_TASKS_ALLOWED_HOSTS")]
     allowed_hosts: Option<String>,
     /// Largest request body accepted, in bytes.
@@ -232,6 +234,12 @@ impl ServerArgs {
         c
     }
 
+    /// Why these settings must not be served, before anything is connected.
+    pub(super) fn refuse_unsafe(&self) -> anyhow::Result<()> {
+        self.auth
+            .refuse_unsafe(self.listen, self.allowed_hosts.as_deref())
+    }
+
     fn state_keys(&self) -> anyhow::Result<StateKeys> {
         match &self.state_key {
             Some(spec) => StateKeys::parse(spec)
@@ -254,6 +262,7 @@ pub(super) async fn serve(
     metrics: Option<Metrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    args.refuse_unsafe()?;
     let (auth, protected_resource) = args.auth.authenticator(args.listen).await?;
     let mut config = args.config();
     config.metrics = metrics;
