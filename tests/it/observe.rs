@@ -624,3 +624,84 @@ async fn lost_leases_reclaims_and_crash_recovery_are_counted() {
         1
     );
 }
+
+/// The HTTP status of `GET url`.
+async fn get_status(http: &reqwest::Client, url: &str) -> u16 {
+    http.get(url)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_metrics_listener_the_replica_port_serves_no_metrics() {
+    let db = TestDb::new().await;
+    let http = client();
+    // `serve`, and `dev` (replica and worker in one process, one registry).
+    for command in ["serve", "dev"] {
+        let metrics_at = free_port();
+        let listen = metrics_at.to_string();
+        let replica = Proc::serve_args(
+            &db.url,
+            &[command, "--listen", "127.0.0.1:0", "--tools", PACK],
+            &[("MCP_TASKS_METRICS_LISTEN", &listen)],
+        )
+        .await;
+        let addr = replica.addr.expect("addr");
+        let metrics = format!("http://{metrics_at}/metrics");
+
+        // The port clients reach: no metrics, the rest as always.
+        assert_eq!(
+            get_status(&http, &format!("http://{addr}/metrics")).await,
+            404
+        );
+        assert_eq!(
+            get_status(&http, &format!("http://{addr}/healthz")).await,
+            200
+        );
+        // The metrics listener: the replica's document (its listen streams counted),
+        // and nothing else.
+        assert_eq!(
+            get_status(&http, &format!("http://{metrics_at}/mcp")).await,
+            404
+        );
+        // Long enough that the stream stays open in `dev` too, where a worker runs it.
+        let created = Request::rpc(
+            json!(1),
+            "tools/call",
+            json!({ "name": "slow_compute", "arguments": { "seconds": 60 } }),
+        )
+        .send(&http, &replica.url())
+        .await;
+        let id = task_id(&created.result("tools/call", &json!(1)));
+        let listen = Request::rpc(
+            json!("listen"),
+            "subscriptions/listen",
+            json!({ "notifications": { "taskIds": [id.clone()] } }),
+        );
+        let stream = listen.open_stream(&http, &replica.url()).await;
+        let scraped = wait_metrics(&http, &metrics, "the replica's metrics", |m| {
+            series(m, "mcp_tasks_listen_streams") == Some(1.0)
+                && series(
+                    m,
+                    "mcp_tasks_http_requests_total{method=\"tools/call\",outcome=\"ok\"}",
+                ) == Some(1.0)
+        })
+        .await;
+        assert!(
+            series(&scraped, "mcp_tasks_queue_depth").is_some(),
+            "{scraped}"
+        );
+        drop(stream);
+        let cancel = Request::rpc(json!(2), "tasks/cancel", json!({ "taskId": id }))
+            .send(&http, &replica.url())
+            .await;
+        cancel.result("tasks/cancel", &json!(2));
+        assert!(
+            replica.terminate(Duration::from_secs(15)).await,
+            "{command}: no clean exit within 15 s of SIGTERM"
+        );
+    }
+}

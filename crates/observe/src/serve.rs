@@ -1,5 +1,7 @@
 //! A worker's metrics listener (`--metrics-listen`): `GET /metrics` and nothing else.
-//! Replicas serve the same document on their own listener.
+//! Replicas serve the same document on their own listener, or with `--metrics-listen` on
+//! one like this (`mcp_tasks_server::serve_metrics`, which also refreshes what only the
+//! replica knows, its open listen streams).
 
 use axum::Router;
 use axum::extract::State;

@@ -101,6 +101,10 @@ pub struct ServerConfig {
     pub protected_resource: Option<crate::ProtectedResource>,
     /// The process's metrics, served on `GET /metrics`; `None` answers 404 there.
     pub metrics: Option<mcp_tasks_observe::Metrics>,
+    /// Whether the replica's own listener serves `GET /metrics`. Off when a listener of
+    /// its own serves them ([`crate::serve_metrics`]), so the port clients reach need not
+    /// show them: 404 there then.
+    pub metrics_on_listener: bool,
     /// The web console at `/console`; `None` leaves it unserved (404).
     pub console: Option<crate::ConsoleConfig>,
 }
@@ -134,6 +138,7 @@ impl ServerConfig {
             rate_limit: Some(crate::RateLimit::default()),
             connections: crate::ConnectionConfig::default(),
             metrics: None,
+            metrics_on_listener: true,
             console: None,
         }
     }

@@ -1,5 +1,5 @@
 //! The HTTP surface: `POST /mcp` (and `DELETE /mcp` of a 2025-era session), `GET /healthz`,
-//! `GET /readyz`.
+//! `GET /readyz`, `GET /metrics` (here, or on a metrics listener of its own).
 
 use std::time::Duration;
 
@@ -41,6 +41,25 @@ pub fn router(state: AppState) -> Router {
         router
     };
     router.with_state(state)
+}
+
+/// `GET /metrics` alone, for a listener of its own (`--metrics-listen`): with it the
+/// replica's main listener answers 404 there (`ServerConfig::metrics_on_listener`).
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_anywhere))
+        .with_state(state)
+}
+
+/// Serves [`metrics_router`] on `listener` until `shutdown`.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, metrics_router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
 }
 
 /// RFC 9728 protected-resource metadata: where clients get tokens for this server.
@@ -87,6 +106,13 @@ fn unauthorized(state: &AppState, error: &AuthError) -> Response {
 /// method, tool, status and outcome; operators keep the path off the public load
 /// balancer all the same (see the README's *Observe*).
 async fn metrics(State(state): State<AppState>) -> Response {
+    if !state.config().metrics_on_listener {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    metrics_anywhere(State(state)).await
+}
+
+async fn metrics_anywhere(State(state): State<AppState>) -> Response {
     match &state.config().metrics {
         Some(metrics) => {
             observe::listen_streams(state.open_streams());

@@ -50,7 +50,7 @@ pub use config::{AllowedHosts, ServerConfig};
 pub use conn::serve;
 pub use conn::settings::{ConnectionConfig, ConnectionLimit};
 pub use console::{AdminClaim, ConsoleConfig};
-pub use http::router;
+pub use http::{metrics_router, router, serve_metrics};
 pub use limits::RateLimit;
 pub use push::HubConfig;
 pub use request_state::StateKeys;

@@ -121,10 +121,20 @@ impl McpTasks {
         let database_url = format!("postgres://postgres:postgres@{pg_name}:5432/postgres");
 
         let port = free_port()?;
-        let server = self
+        let mut server = self
             .app(&network, &database_url, "serve")
             .with_env_var("MCP_TASKS_MIGRATE", "true")
-            .with_env_var("MCP_TASKS_ALLOW_UNAUTHENTICATED", "true")
+            .with_env_var("MCP_TASKS_ALLOW_UNAUTHENTICATED", "true");
+        // Unauthenticated beyond loopback (inside its container), the replica must be
+        // told which Host names to accept: the ones the mapped port is reached by.
+        if !self
+            .env
+            .iter()
+            .any(|(name, _)| name == "MCP_TASKS_ALLOWED_HOSTS")
+        {
+            server = server.with_env_var("MCP_TASKS_ALLOWED_HOSTS", "localhost,127.0.0.1");
+        }
+        let server = server
             .with_mapped_port(port, 8080.tcp())
             .start()
             .await

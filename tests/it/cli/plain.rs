@@ -252,3 +252,54 @@ async fn without_listen_streams_the_status_comes_from_polling() {
     );
     fx.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_cancel_exits_0_once_the_cancel_took() {
+    let fx = Fixture::start().await;
+    let start = |args: &'static [&'static str]| {
+        let fx = &fx;
+        async move {
+            let created = json_out(&fx.run(args).await);
+            created["taskId"].as_str().expect("taskId").to_owned()
+        }
+    };
+
+    // A running task: the cancel is what was asked for, so it is success.
+    let id = start(&[
+        "call",
+        "slow_compute",
+        "--arg",
+        "seconds=60",
+        "--no-wait",
+        "--json",
+    ])
+    .await;
+    let out = fx.run(&["tasks", "cancel", &id]).await;
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains("was cancelled"), "{}", stderr(&out));
+    assert_eq!(status(&fx.task(&id).await), "cancelled");
+    let out = fx.run(&["tasks", "cancel", &id, "--json"]).await;
+    assert_code(&out, 0);
+    assert_eq!(json_out(&out)["status"], "cancelled");
+    // Waiting for it wanted it to finish: that one still says cancelled (4).
+    let out = fx.run(&["tasks", "wait", &id]).await;
+    assert_code(&out, 4);
+
+    // One that had failed before the cancel keeps the code of how it ended.
+    let id = start(&["call", "protocol_error_job", "--no-wait", "--json"]).await;
+    assert_code(&fx.run(&["tasks", "wait", &id]).await, 3);
+    let out = fx.run(&["tasks", "cancel", &id]).await;
+    assert_code(&out, 3);
+    assert_eq!(status(&fx.task(&id).await), "failed");
+
+    let out = fx.run(&["tasks", "cancel", "--help"]).await;
+    let help = stdout(&out)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("`tasks cancel` exits 0 once the task is cancelled"),
+        "{help}"
+    );
+    fx.stop().await;
+}

@@ -49,6 +49,32 @@ pub(super) struct AuthArgs {
 }
 
 impl AuthArgs {
+    /// Why a replica on `listen` must not start without authentication, checked before
+    /// anything is connected: beyond loopback the operator must say that something in
+    /// front authenticates callers, and must name the hosts clients use (`allowed_hosts`,
+    /// as given), since with no Host check a web page anywhere could reach it through DNS
+    /// rebinding.
+    pub(super) fn refuse_unsafe(
+        &self,
+        listen: SocketAddr,
+        allowed_hosts: Option<&str>,
+    ) -> anyhow::Result<()> {
+        if self.auth != AuthMode::None || listen.ip().is_loopback() {
+            return Ok(());
+        }
+        if !self.allow_unauthenticated {
+            bail!(
+                "refusing to listen on {listen} without authentication: anyone who can reach it could read and cancel every task. Use --auth jwt, listen on a loopback address, or pass --allow-unauthenticated (MCP_TASKS_ALLOW_UNAUTHENTICATED=true) if something in front of this server authenticates callers"
+            );
+        }
+        if allowed_hosts.is_none() {
+            bail!(
+                "refusing to listen on {listen} without authentication and without MCP_TASKS_ALLOWED_HOSTS: with any Host accepted, a web page on any site could reach this unauthenticated replica through DNS rebinding (its own name made to resolve to this address) and read and cancel every task. Set MCP_TASKS_ALLOWED_HOSTS (--allowed-hosts) to the host names clients use to reach it, comma-separated (`*` accepts any, only for a proxy in front that checks Host itself)"
+            );
+        }
+        Ok(())
+    }
+
     /// The authenticator, or why the configuration cannot be served.
     pub(super) async fn authenticator(
         &self,
@@ -56,11 +82,6 @@ impl AuthArgs {
     ) -> anyhow::Result<(Arc<dyn Authenticator>, Option<ProtectedResource>)> {
         match self.auth {
             AuthMode::None => {
-                if !listen.ip().is_loopback() && !self.allow_unauthenticated {
-                    bail!(
-                        "refusing to listen on {listen} without authentication: anyone who can reach it could read and cancel every task. Use --auth jwt, listen on a loopback address, or pass --allow-unauthenticated (MCP_TASKS_ALLOW_UNAUTHENTICATED=true) if something in front of this server authenticates callers"
-                    );
-                }
                 tracing::warn!(
                     %listen,
                     "authentication is off (--auth none): every caller is the same anonymous principal"

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{OptionalDatabase, Tools, connect};
 use super::serve::{ServerArgs, serve};
-use super::worker::{WorkerArgs, install_metrics, with_metrics_listener};
+use super::worker::{WorkerArgs, install_metrics};
 
 #[derive(Debug, Args)]
 pub(super) struct DevCommand {
@@ -31,6 +31,8 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
     } = command;
     // The console is on in dev unless turned off.
     server.console.by_default = true;
+    // Before a throwaway cluster is started for nothing.
+    server.refuse_unsafe()?;
     let tools = tools.load().await?;
     let registry = tools.registry.clone();
     let throwaway;
@@ -49,26 +51,30 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
     };
     let store = connect(&url, &database.pool).await?;
     store.migrate().await.context("migrating")?;
-    // One registry for the replica and the worker: the replica's `/metrics` shows both,
-    // and so does the worker's listener when one is asked for.
+    // One registry for the replica and the worker: the replica's `/metrics` (or the
+    // metrics listener, when one is asked for) shows both.
     let metrics = install_metrics(&store)?;
-    let worker_run = with_metrics_listener(
-        worker.metrics_listen,
-        metrics.clone(),
-        mcp_tasks_worker::run(
-            store.clone(),
-            registry.clone(),
-            worker.config(&server.server_name),
-            shutdown.clone(),
-        ),
+    let worker_run = mcp_tasks_worker::run(
+        store.clone(),
+        registry.clone(),
+        worker.config(&server.server_name),
+        shutdown.clone(),
     );
     // Both in this task: when the replica is done, the worker drains too.
     let serving = async {
-        let served = serve(store, registry, &server, Some(metrics), shutdown.clone()).await;
+        let served = serve(
+            store,
+            registry,
+            &server,
+            Some(metrics),
+            worker.metrics_listen,
+            shutdown.clone(),
+        )
+        .await;
         shutdown.cancel();
         served
     };
     let (served, worked) = tokio::join!(serving, worker_run);
-    worked??;
+    worked?;
     served
 }

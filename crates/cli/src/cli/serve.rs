@@ -28,9 +28,15 @@ pub(super) struct ServeCommand {
     /// Apply migrations before serving.
     #[arg(long, env = "MCP_TASKS_MIGRATE")]
     migrate: bool,
+    /// Address to serve Prometheus metrics on (GET /metrics only), so the port clients
+    /// reach need not show them: the replica's listener then answers 404 there. Unset,
+    /// the replica's listener serves them.
+    #[arg(long, env = "MCP_TASKS_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    command.server.refuse_unsafe()?;
     let store = command.database.connect().await?;
     if command.migrate {
         store.migrate().await.context("migrating")?;
@@ -42,6 +48,7 @@ pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> a
         tools.registry.clone(),
         &command.server,
         Some(metrics),
+        command.metrics_listen,
         shutdown,
     )
     .await
@@ -53,7 +60,8 @@ pub(super) struct ServerArgs {
     #[arg(long, env = "MCP_TASKS_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Host names accepted in Host and Origin headers, comma-separated, or `*` for any.
-    /// Defaults to localhost names on a loopback address and `*` otherwise.
+    /// Defaults to localhost names on a loopback address and `*` otherwise; required
+    /// beyond loopback with --auth none.
     #[arg(long, env = "MCP_TASKS_ALLOWED_HOSTS")]
     allowed_hosts: Option<String>,
     /// Largest request body accepted, in bytes.
@@ -232,6 +240,12 @@ impl ServerArgs {
         c
     }
 
+    /// Why these settings must not be served, before anything is connected.
+    pub(super) fn refuse_unsafe(&self) -> anyhow::Result<()> {
+        self.auth
+            .refuse_unsafe(self.listen, self.allowed_hosts.as_deref())
+    }
+
     fn state_keys(&self) -> anyhow::Result<StateKeys> {
         match &self.state_key {
             Some(spec) => StateKeys::parse(spec)
@@ -247,16 +261,21 @@ impl ServerArgs {
     }
 }
 
+/// Serves `args` until `shutdown`; `metrics` on `GET /metrics`, of the replica's listener
+/// or, with `metrics_listen`, of a listener of their own.
 pub(super) async fn serve(
     store: Store,
     registry: LiveRegistry,
     args: &ServerArgs,
     metrics: Option<Metrics>,
+    metrics_listen: Option<SocketAddr>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    args.refuse_unsafe()?;
     let (auth, protected_resource) = args.auth.authenticator(args.listen).await?;
     let mut config = args.config();
     config.metrics = metrics;
+    config.metrics_on_listener = metrics_listen.is_none();
     if config.connections.request_timeout <= config.sync_wait {
         bail!(
             "MCP_TASKS_REQUEST_TIMEOUT_MS ({} ms) must be longer than MCP_TASKS_SYNC_WAIT_MS ({} ms), or every wait for a task would be cut short",
@@ -277,6 +296,18 @@ pub(super) async fn serve(
         .connection_limit()
         .map_err(anyhow::Error::msg)
         .context("MCP_TASKS_MAX_CONNECTIONS")?;
+    // Bound first: once "listening on" is logged, scrapes find it too.
+    let metrics_listener = match metrics_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} for metrics"))?;
+            let bound = listener.local_addr()?;
+            tracing::info!(addr = %bound, "metrics on http://{bound}/metrics");
+            Some(listener)
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -294,6 +325,17 @@ pub(super) async fn serve(
             "listening beyond loopback with any Host allowed; set MCP_TASKS_ALLOWED_HOSTS to the names clients use"
         );
     }
+    // Scrapes go on while the replica drains, and end with it however it ends.
+    let metrics_stop = CancellationToken::new();
+    let metrics_served = {
+        let (state, stop) = (state.clone(), metrics_stop.clone());
+        async move {
+            match metrics_listener {
+                Some(listener) => mcp_tasks_server::serve_metrics(listener, state, stop).await,
+                None => Ok(()),
+            }
+        }
+    };
     let stop = shutdown.clone();
     let served = mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await });
     // In-flight requests finish, listen streams end with their result; a connection that
@@ -303,10 +345,20 @@ pub(super) async fn serve(
         shutdown.cancelled().await;
         tokio::time::sleep(drain_limit).await;
     };
-    tokio::select! {
-        served = served => served.context("serving")?,
-        () = deadline => tracing::warn!("connections still open after the drain; exiting anyway"),
-    }
+    let serving = async {
+        let served = tokio::select! {
+            served = served => served.context("serving"),
+            () = deadline => {
+                tracing::warn!("connections still open after the drain; exiting anyway");
+                Ok(())
+            }
+        };
+        metrics_stop.cancel();
+        served
+    };
+    let (served, metrics_served) = tokio::join!(serving, metrics_served);
+    served?;
+    metrics_served.context("serving metrics")?;
     if shutdown.is_cancelled() {
         tracing::info!("replica stopped");
         Ok(())

@@ -112,7 +112,8 @@ pub(super) struct WorkerArgs {
     /// Worker id recorded as lease owner (default: host-pid-random).
     #[arg(long, env = "MCP_TASKS_WORKER_ID")]
     worker_id: Option<String>,
-    /// Address to serve Prometheus metrics on (GET /metrics); none when unset.
+    /// Address to serve Prometheus metrics on (GET /metrics only); none when unset. With
+    /// dev, its replica's listener then answers 404 there.
     #[arg(long, env = "MCP_TASKS_METRICS_LISTEN")]
     pub(super) metrics_listen: Option<SocketAddr>,
 }

@@ -13,7 +13,7 @@ pub(super) enum Exit {
     Error = 1,
     /// The task ended `failed` (a JSON-RPC error while it ran).
     Failed = 3,
-    /// The task ended `cancelled`.
+    /// The task ended `cancelled` (not for `tasks cancel`, which asked for that).
     Cancelled = 4,
     /// The task completed, but only after the user declined or dismissed an input request.
     Declined = 5,
@@ -47,7 +47,7 @@ impl Exit {
 }
 
 /// The `--help` text on exit codes.
-pub(super) const EXIT_CODES: &str = "Exit codes: 0 completed; 1 error (server unreachable or refusing, unknown task, bad state file); 2 usage; 3 task failed; 4 task cancelled; 5 completed after input was declined or dismissed; 6 not finished (detached, still running, or input needed without a terminal); 7 completed with a tool error (isError).";
+pub(super) const EXIT_CODES: &str = "Exit codes: 0 completed; 1 error (server unreachable or refusing, unknown task, bad state file); 2 usage; 3 task failed; 4 task cancelled (`tasks cancel` exits 0 once the task is cancelled); 5 completed after input was declined or dismissed; 6 not finished (detached, still running, or input needed without a terminal); 7 completed with a tool error (isError).";
 
 /// `println!` that gives up quietly when stdout is gone (`| head`), instead of panicking.
 macro_rules! outln {

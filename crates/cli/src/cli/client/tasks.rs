@@ -117,7 +117,12 @@ async fn cancel(args: TaskArgs) -> anyhow::Result<Exit> {
     // stays as it was, and its code says so.
     let followed = session.follow(&args.id, &mut interrupts, false).await?;
     session.print_task(&followed.task);
-    Ok(followed.exit)
+    // Cancelled is what was asked for, so it is success here (as for `kubectl delete` or
+    // `gh run cancel`); 4 is for the commands that wanted the task to finish.
+    Ok(match followed.exit {
+        Exit::Cancelled => Exit::Completed,
+        exit => exit,
+    })
 }
 
 async fn answer(args: AnswerArgs) -> anyhow::Result<Exit> {
