@@ -8,15 +8,19 @@
 
 mod attempt_history;
 mod attempts;
+mod bounds;
 mod console;
+mod durability;
 mod end_reasons;
 mod events;
 mod expiry;
+mod group_commit;
 mod held_input;
 mod hot_paths;
 mod input_keys;
 mod isolation;
 mod leases;
+mod lock_order;
 mod migrations;
 mod tombstones;
 mod workers;
