@@ -1,6 +1,7 @@
 //! The store against a real PostgreSQL: fenced leases and heartbeats, attempts, input
 //! keys, expiry and retention, owner isolation, migrations from several processes, the
-//! event stream, and the reasons the service records for ending a task.
+//! event stream, the reasons the service records for ending a task, group commit against
+//! bad requests, the order multi-row writes lock in, and what the store pins or bounds.
 //!
 //! Time-dependent negative checks ("not yet expired") are only asserted when the test
 //! itself measured that it is still inside the window, so a stalled machine skips the
