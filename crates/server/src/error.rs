@@ -68,6 +68,10 @@ impl RpcError {
 
 impl From<StoreError> for RpcError {
     fn from(e: StoreError) -> Self {
+        // Something in the request that cannot be stored (U+0000): the client's to fix.
+        if let Some(why) = e.refusal() {
+            return Self::invalid_params(why);
+        }
         if e.is_unavailable() {
             tracing::warn!(error = %e, "task store unavailable");
             Self::unavailable()

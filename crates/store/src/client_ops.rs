@@ -165,7 +165,8 @@ impl Store {
     /// When the outcome says `resumed`, wake the workers ([`crate::Waker`]).
     ///
     /// `validate(key, request, response)` checks one answer against its request. Keys that
-    /// are not outstanding are ignored without being validated.
+    /// are not outstanding are ignored without being validated. Answers with U+0000 are
+    /// refused ([`StoreError::refusal`]).
     #[tracing::instrument(name = "db.task.update_inputs", skip_all, err(level = "debug"))]
     pub async fn update_inputs(
         &self,
@@ -174,6 +175,7 @@ impl Store {
         responses: &Map<String, Value>,
         validate: impl Fn(&str, &Value, &Value) -> Result<(), String>,
     ) -> Result<Lookup<Result<UpdateOutcome, InputValidationError>>> {
+        crate::storable::map("the input responses", responses)?;
         // Every path that changes nothing rolls back explicitly: a dropped transaction is
         // only rolled back once its connection is back in the pool, and until then the
         // row stays locked and claims skip the task.

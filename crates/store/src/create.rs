@@ -69,9 +69,36 @@ pub(crate) struct CreateRequest {
     max_in_flight: Option<i64>,
 }
 
-/// What the batch did with one create: inserted (at this time) or not, and the task
-/// handed back.
-pub(crate) type CreateAnswer = (Option<OffsetDateTime>, NewTask);
+/// What the batch did with one create: inserted (at this time) or not.
+pub(crate) type CreateAnswer = Option<OffsetDateTime>;
+
+impl CreateRequest {
+    /// Refuses what PostgreSQL cannot store, naming it; otherwise the request's size,
+    /// for the batch's byte budget.
+    fn checked_bytes(&self) -> Result<usize> {
+        use crate::storable::{json, json_opt, map, text, text_opt};
+        use mcp_tasks_wire::json::serialized_len;
+        let t = &self.task;
+        text("the tenant", &self.owner.tenant)?;
+        text("the principal", &self.owner.principal)?;
+        text("the tool name", &t.tool)?;
+        text_opt("the status message", t.status_message.as_deref())?;
+        json("the arguments", &t.arguments)?;
+        map("the input responses", &t.input_responses)?;
+        json_opt("the trace context", t.trace_context.as_ref())?;
+        json_opt("the client capabilities", t.client_capabilities.as_ref())?;
+        if let Some(i) = &t.idempotency {
+            text("the idempotency key", &i.key)?;
+            text("the request digest", &i.request_digest)?;
+        }
+        Ok(serialized_len(&t.arguments)
+            + serialized_len(&t.input_responses)
+            + t.trace_context.as_ref().map_or(0, serialized_len)
+            + t.client_capabilities.as_ref().map_or(0, serialized_len)
+            + t.tool.len()
+            + t.status_message.as_ref().map_or(0, String::len))
+    }
+}
 
 const INSERT_BATCH: &str = r"
     WITH input AS (
@@ -118,16 +145,19 @@ const INSERT_BATCH: &str = r"
            i.client_capabilities
     FROM input i LEFT JOIN ranked r ON r.n = i.n
     WHERE i.max_in_flight IS NULL OR r.live + r.k <= i.max_in_flight
-    ORDER BY i.n
+    -- In key order: two batches inserting some of the same idempotency keys (an owner
+    -- retrying on two replicas) wait for each other's key in the same order, so they
+    -- cannot deadlock. (Ids are new, so the primary key never waits.)
+    ORDER BY i.tenant, i.principal, i.idempotency_key, i.n
     ON CONFLICT (tenant, principal, idempotency_key) WHERE idempotency_key IS NOT NULL
         DO NOTHING
     RETURNING id, created_at";
 
 /// Runs one batch of creates as one statement (so one commit).
-pub(crate) fn insert_batch(
-    pool: sqlx::PgPool,
-    batch: Vec<CreateRequest>,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<CreateAnswer>>> + Send>> {
+pub(crate) fn insert_batch<'a>(
+    pool: &'a sqlx::PgPool,
+    batch: &'a [CreateRequest],
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<CreateAnswer>>> + Send + 'a>> {
     Box::pin(async move {
         macro_rules! column {
             ($f:expr) => {
@@ -159,13 +189,13 @@ pub(crate) fn insert_batch(
                 .as_ref()
                 .map(|i| i.request_digest.as_str())))
             .bind(column!(|r| r.task.client_capabilities.as_ref()))
-            .fetch_all(&pool)
+            .fetch_all(pool)
             .await
             .db()?;
         let created: std::collections::HashMap<Uuid, OffsetDateTime> = rows.into_iter().collect();
         Ok(batch
-            .into_iter()
-            .map(|r| (created.get(&r.id.0).copied(), r.task))
+            .iter()
+            .map(|r| created.get(&r.id.0).copied())
             .collect())
     })
 }
@@ -185,6 +215,9 @@ impl Store {
     /// Creates a task, unless the owner already has `max_in_flight` unfinished tasks (up
     /// to the margin the module describes), or the task's idempotency key names an
     /// existing task (returned, when the request is the same).
+    ///
+    /// A request with U+0000 in any string is refused ([`StoreError::refusal`]). A
+    /// create whose caller stops waiting before its batch runs is dropped unwritten.
     #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err(level = "debug"))]
     pub async fn create(
         &self,
@@ -200,7 +233,8 @@ impl Store {
             task,
             max_in_flight,
         };
-        let (answer, task) = self.creates().run(request).await?;
+        let bytes = request.checked_bytes()?;
+        let (CreateRequest { task, .. }, answer) = self.creates().run(request, bytes).await?;
         if let Some(created_at) = answer {
             return Ok(Created::New(new_record(owner, id, task, created_at)));
         }

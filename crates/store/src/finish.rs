@@ -16,10 +16,10 @@ pub(crate) struct FinishRequest {
 }
 
 /// Runs one batch of finishes as one statement; `true` for each that landed.
-pub(crate) fn finish_batch(
-    pool: sqlx::PgPool,
-    batch: Vec<FinishRequest>,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<bool>>> + Send>> {
+pub(crate) fn finish_batch<'a>(
+    pool: &'a sqlx::PgPool,
+    batch: &'a [FinishRequest],
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<bool>>> + Send + 'a>> {
     Box::pin(async move {
         macro_rules! column {
             ($f:expr) => {
@@ -27,7 +27,21 @@ pub(crate) fn finish_batch(
             };
         }
         let done: Vec<i64> = sqlx::query_scalar(concat!(
-            "UPDATE tasks t SET
+            "WITH locked AS MATERIALIZED (
+                 -- The rows first, in key order: a statement that shares some of them
+                 -- (another batch, a replica's watch marks) takes them in the same order,
+                 -- so the two wait for each other at worst and never deadlock. Only the
+                 -- keys are read here (the results stay in the UPDATE's own unnest).
+                 SELECT 1 FROM tasks t
+                 JOIN unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[])
+                      AS k(tenant, principal, id, token)
+                   ON t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
+                 WHERE t.lease_token = k.token AND t.status IN ('working', 'input_required')
+                   AND t.lease_expires_at IS NOT NULL
+                 ORDER BY t.tenant, t.principal, t.id
+                 FOR UPDATE OF t
+             )
+             UPDATE tasks t SET
                  status = u.status,
                  result = u.result,
                  error = u.error,
@@ -38,7 +52,11 @@ pub(crate) fn finish_batch(
              FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::text[],
                          $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
                   AS u(tenant, principal, id, token, status, result, error, message, n)
-             WHERE t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
+             -- Evaluated once, before any row is read: every lock is held by then. The
+             -- rows are then found by their key, not their ctid: one a heartbeat changed
+             -- since this statement's snapshot is followed to its latest version.
+             WHERE (SELECT count(*) FROM locked) >= 0
+               AND t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
                AND t.lease_token = u.token AND t.status IN ('working', 'input_required')
                -- Held, by the primary key (see fenced!).
                AND t.lease_expires_at IS NOT NULL
@@ -54,7 +72,7 @@ pub(crate) fn finish_batch(
         .bind(column!(|r| r.result.as_ref()))
         .bind(column!(|r| r.error.as_ref()))
         .bind(column!(|r| r.message.as_deref()))
-        .fetch_all(&pool)
+        .fetch_all(pool)
         .await
         .db()?;
         let done: std::collections::HashSet<i64> = done.into_iter().collect();

@@ -11,7 +11,7 @@
 use serde_json::{Map, Value};
 
 use crate::fence::{BindLease, fenced};
-use crate::{DbResult, Lease, Result, Store};
+use crate::{DbResult, Lease, Result, Store, storable};
 
 /// What [`Store::ask_held`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,11 @@ impl Store {
         requests: &[(String, Value)],
         status_message: Option<&str>,
     ) -> Result<HeldAsk> {
+        for (key, request) in requests {
+            storable::text("the input request keys", key)?;
+            storable::json("the input requests", request)?;
+        }
+        storable::text_opt("the status message", status_message)?;
         let state: Option<(Vec<String>, bool)> = sqlx::query_as(concat!(
             "SELECT issued_keys, cancel_requested_at IS NOT NULL FROM tasks WHERE ",
             fenced!(),

@@ -9,7 +9,7 @@ use crate::client_ops::finish_columns;
 use crate::fence::{BindLease, fenced};
 use crate::finish::FinishRequest;
 use crate::record::{TaskRow, task_columns};
-use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify};
+use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord, notify, storable};
 
 /// A worker's hold on one task. The token is bumped by every claim, so a lease that was
 /// lost and re-granted to someone else can never write again.
@@ -331,9 +331,11 @@ impl Store {
             .collect())
     }
 
-    /// Sets the status message a client sees. False when the lease is gone.
+    /// Sets the status message a client sees. False when the lease is gone; refused
+    /// ([`crate::StoreError::refusal`]) with U+0000, as every worker write is.
     #[tracing::instrument(name = "db.lease.status_message", skip_all, err(level = "debug"))]
     pub async fn set_status_message(&self, lease: &Lease, message: &str) -> Result<bool> {
+        storable::text("the status message", message)?;
         let done = sqlx::query(concat!(
             "UPDATE tasks SET status_message = $5, updated_at = now(), version = version + 1
              WHERE ",
@@ -355,6 +357,7 @@ impl Store {
     /// Saves the handler's checkpoint, which the next run of this task receives.
     #[tracing::instrument(name = "db.lease.checkpoint", skip_all, err(level = "debug"))]
     pub async fn save_checkpoint(&self, lease: &Lease, checkpoint: &Value) -> Result<bool> {
+        storable::json("the checkpoint", checkpoint)?;
         let done = sqlx::query(concat!(
             "UPDATE tasks SET checkpoint = $5 WHERE ",
             fenced!()
@@ -402,6 +405,10 @@ impl Store {
     /// case nothing was written. The finishes of a worker that arrive together are written
     /// in one statement and one commit (see `batch.rs`); this returns once that commit is
     /// durable.
+    ///
+    /// A result that cannot be stored (U+0000, larger than [`crate::MAX_RESULT_BYTES`])
+    /// fails the task instead, with an error that says why; U+0000 in an error or the
+    /// message is replaced with U+FFFD.
     #[tracing::instrument(name = "db.lease.finish", skip_all, err(level = "debug"))]
     pub async fn finish(
         &self,
@@ -409,24 +416,32 @@ impl Store {
         finish: &Finish,
         status_message: Option<&str>,
     ) -> Result<bool> {
-        let (status, result, error) = match finish {
-            Finish::Completed(result) => ("completed", Some(result.clone()), None),
-            Finish::Failed(error) => (
-                "failed",
-                None,
-                Some(serde_json::to_value(error).unwrap_or(Value::Null)),
-            ),
-            Finish::Cancelled => ("cancelled", None, None),
+        let mut message = status_message.map(|m| m.replace('\0', "\u{fffd}"));
+        let (status, result, error, bytes) = match finish {
+            Finish::Completed(result) => match storable::result(result.clone()) {
+                Ok((result, bytes)) => ("completed", Some(result), None, bytes),
+                Err(why) => {
+                    tracing::warn!(task = %lease.id, reason = %why.message, "the tool's result cannot be stored; the task fails instead");
+                    message = Some("Failed".to_owned());
+                    let (error, bytes) = storable::error(why);
+                    ("failed", None, Some(error), bytes)
+                }
+            },
+            Finish::Failed(error) => {
+                let (error, bytes) = storable::error(error.clone());
+                ("failed", None, Some(error), bytes)
+            }
+            Finish::Cancelled => ("cancelled", None, None, 0),
         };
-        self.finishes()
-            .run(FinishRequest {
-                lease: lease.clone(),
-                status,
-                result,
-                error,
-                message: status_message.map(str::to_owned),
-            })
-            .await
+        let request = FinishRequest {
+            lease: lease.clone(),
+            status,
+            result,
+            error,
+            message,
+        };
+        let bytes = bytes + request.message.as_ref().map_or(0, String::len);
+        Ok(self.finishes().run(request, bytes).await?.1)
     }
 
     /// Parks the task until its new input requests are answered, releasing the lease.
@@ -438,6 +453,9 @@ impl Store {
         status_message: Option<&str>,
         checkpoint: Option<&Value>,
     ) -> Result<InputOutcome> {
+        storable::map("the input requests", requests)?;
+        storable::text_opt("the status message", status_message)?;
+        storable::json_opt("the checkpoint", checkpoint)?;
         let keys: Vec<&str> = requests.keys().map(String::as_str).collect();
         let done = sqlx::query(concat!(
             "UPDATE tasks SET

@@ -30,6 +30,7 @@ mod record;
 mod refreshes;
 mod sessions;
 mod stats;
+mod storable;
 mod tenant_read;
 mod watch;
 mod workers;
@@ -58,9 +59,18 @@ pub use record::{TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;
 pub use sessions::Revocation;
 pub use stats::{PoolStats, TaskStats};
+pub use storable::MAX_RESULT_BYTES;
 pub use workers::{
     FORGET_WORKERS_AFTER, MISSED_REFRESHES, WORKERS_LIMIT, WorkerInfo, WorkerPresence,
 };
+
+/// Most history events (`task_events`) one task keeps, its newest: deletion takes a
+/// task's events with it, but a task without a TTL is never deleted, and one asking for
+/// input again and again would add events for ever. The bound is kept by a trigger
+/// (migration `20261229000001_task_events_bound.sql`), and is no more than the console
+/// reads of a task ([`HISTORY_LIMIT`]).
+pub const EVENTS_PER_TASK: i64 = 500;
+const _: () = assert!(EVENTS_PER_TASK <= HISTORY_LIMIT);
 
 /// Migrations, embedded from the workspace's `migrations/` folder.
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -118,6 +128,9 @@ enum Repr {
     /// The failure of a batch, which each of its requests reports.
     #[error(transparent)]
     Shared(Arc<StoreError>),
+    /// A request the store will not send, and why (see `storable.rs`).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl StoreError {
@@ -127,6 +140,21 @@ impl StoreError {
 
     pub(crate) fn shared(error: Arc<StoreError>) -> Self {
         Self(Repr::Shared(error))
+    }
+
+    pub(crate) fn refused(why: impl Into<String>) -> Self {
+        Self(Repr::Refused(why.into()))
+    }
+
+    /// Why the request was refused before it reached the database, when it was: the
+    /// request's own fault (a string with U+0000, which PostgreSQL cannot store), to be
+    /// answered as invalid params with this text, not as an internal error.
+    pub fn refusal(&self) -> Option<&str> {
+        match &self.0 {
+            Repr::Refused(why) => Some(why),
+            Repr::Shared(e) => e.refusal(),
+            _ => None,
+        }
     }
 
     /// True when the database could not be reached at all (as opposed to a query that
@@ -233,6 +261,9 @@ impl Store {
         let options: PgConnectOptions = database_url.parse().db()?;
         let millis = |d: Duration| d.as_millis().to_string();
         let options = options.application_name("mcp-tasks").options([
+            // Pinned: a database or role default of `off` (set for some other client)
+            // would return handles to tasks a crash can still lose.
+            ("synchronous_commit", "on".to_owned()),
             ("statement_timeout", millis(config.statement_timeout)),
             ("lock_timeout", millis(config.lock_timeout)),
             (
@@ -256,10 +287,28 @@ impl Store {
         let batchers = Arc::new(Batchers {
             creates: batch::Batcher::new(
                 pool.clone(),
-                create::MAX_CREATE_BATCH,
-                create::insert_batch,
+                batch::Kind {
+                    exec: create::insert_batch,
+                    max: create::MAX_CREATE_BATCH,
+                    max_bytes: storable::MAX_BATCH_BYTES,
+                    // Nobody would get the handle of a task created for a caller gone.
+                    skip_abandoned: true,
+                    // One after another, so the in-flight limit stays exact.
+                    retry_at_once: 1,
+                },
             ),
-            finishes: batch::Batcher::new(pool.clone(), 256, finish::finish_batch),
+            finishes: batch::Batcher::new(
+                pool.clone(),
+                batch::Kind {
+                    exec: finish::finish_batch,
+                    max: 256,
+                    max_bytes: storable::MAX_BATCH_BYTES,
+                    // A run's outcome is written even if its worker stopped waiting.
+                    skip_abandoned: false,
+                    // A few at once: one stuck behind a locked row holds up no others.
+                    retry_at_once: 4,
+                },
+            ),
         });
         Ok(Self {
             pool,
@@ -316,6 +365,15 @@ impl Store {
     /// The most connections this store's pool opens.
     pub fn max_connections(&self) -> u32 {
         self.pool.options().get_max_connections()
+    }
+
+    /// A setting as the store's sessions run with it (`current_setting`), for diagnostics.
+    pub async fn setting(&self, name: &str) -> Result<String> {
+        sqlx::query_scalar("SELECT current_setting($1)")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .db()
     }
 
     /// Readiness: the database answers a trivial query.

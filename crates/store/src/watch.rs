@@ -26,9 +26,21 @@ impl Store {
         let (tenants, principals, ids) = columns(tasks);
         sqlx::query(
             r"
+            WITH locked AS MATERIALIZED (
+                -- In key order, as a finish batch takes them (see finish.rs): marks and
+                -- finishes sharing rows, or two replicas' marks, cannot deadlock.
+                SELECT 1 FROM tasks t
+                JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
+                  ON t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
+                WHERE t.watched_until IS NULL
+                   OR t.watched_until < now() + $4 * interval '0.5 millisecond'
+                ORDER BY t.tenant, t.principal, t.id
+                FOR UPDATE OF t
+            )
             UPDATE tasks t SET watched_until = now() + $4 * interval '1 millisecond'
             FROM unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
-            WHERE t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
+            WHERE (SELECT count(*) FROM locked) >= 0
+              AND t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
               AND (t.watched_until IS NULL OR t.watched_until < now() + $4 * interval '0.5 millisecond')
             ",
         )

@@ -13,6 +13,24 @@ pub fn contains_nul(value: &Value) -> bool {
     }
 }
 
+/// The length of `value` serialized compactly, without building the text.
+pub fn serialized_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Replaces U+0000 with U+FFFD in every string and key, so a value a tool produced can
 /// always be stored.
 pub fn replace_nul(value: &mut Value) {
@@ -44,5 +62,11 @@ mod tests {
         assert!(!contains_nul(&v));
         assert_eq!(v, json!({"a": ["x", {"b\u{fffd}": "c\u{fffd}d"}], "n": 1}));
         assert!(!contains_nul(&json!({"ok": "fine"})));
+    }
+
+    #[test]
+    fn measures_the_compact_text() {
+        let v = json!({"a": ["x\"y", 1.5, null], "é": true});
+        assert_eq!(serialized_len(&v), serde_json::to_string(&v).unwrap().len());
     }
 }

@@ -1,6 +1,7 @@
 //! The store against a real PostgreSQL: fenced leases and heartbeats, attempts, input
 //! keys, expiry and retention, owner isolation, migrations from several processes, the
-//! event stream, and the reasons the service records for ending a task.
+//! event stream, the reasons the service records for ending a task, group commit against
+//! bad requests, the order multi-row writes lock in, and what the store pins or bounds.
 //!
 //! Time-dependent negative checks ("not yet expired") are only asserted when the test
 //! itself measured that it is still inside the window, so a stalled machine skips the
@@ -8,15 +9,19 @@
 
 mod attempt_history;
 mod attempts;
+mod bounds;
 mod console;
+mod durability;
 mod end_reasons;
 mod events;
 mod expiry;
+mod group_commit;
 mod held_input;
 mod hot_paths;
 mod input_keys;
 mod isolation;
 mod leases;
+mod lock_order;
 mod migrations;
 mod tombstones;
 mod workers;

@@ -1,0 +1,40 @@
+//! "Committed before the handle is returned" holds whatever the database's defaults say:
+//! the store's sessions pin `synchronous_commit = on`.
+
+use mcp_tasks_store::{PoolConfig, Store};
+use sqlx::Connection;
+
+use crate::harness::TestDb;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_commits_synchronously_when_the_database_default_is_off() {
+    let db = TestDb::new().await;
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&db.pool)
+        .await
+        .expect("name");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {name} SET synchronous_commit = off"
+    )))
+    .execute(&db.pool)
+    .await
+    .expect("alter database");
+
+    // A session of anyone else takes the database's default ...
+    let mut plain = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    let default: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&mut plain)
+        .await
+        .expect("show");
+    assert_eq!(default, "off");
+
+    // ... and the store's do not.
+    let store = Store::connect(&db.url, &PoolConfig::default())
+        .await
+        .expect("connect");
+    assert_eq!(
+        store.setting("synchronous_commit").await.expect("setting"),
+        "on"
+    );
+    store.close().await;
+}
