@@ -52,7 +52,7 @@ pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
-pub use maintenance::MaintenanceReport;
+pub use maintenance::{ANALYZE_LOCK, MaintenanceReport};
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;

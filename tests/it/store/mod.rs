@@ -18,6 +18,7 @@ mod input_keys;
 mod isolation;
 mod leases;
 mod migrations;
+mod statistics;
 mod tombstones;
 mod workers;
 
