@@ -47,7 +47,7 @@ pub use console::{
     Scope, StatusCount, TaskFilter, TaskPage, TaskSummary, WorkerLoad,
 };
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
-pub use duty::{DUTY_APPLICATION_NAME, Duty, duty_key};
+pub use duty::{DUTY_APPLICATION_NAME, DUTY_WAIT_ROUND, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
