@@ -15,7 +15,9 @@
 //!   and in a real browser (chromium over WebDriver).
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
-//!   their database. `wakeups`: one notification wakes one idle worker process. `smoke`,
+//!   their database. `cut_off`: workers whose database goes silent (a paused relay) stop
+//!   their runs in time, and the long-lived connections notice a dead peer within
+//!   seconds. `wakeups`: one notification wakes one idle worker process. `smoke`,
 //!   `benches`: the demo sequence and the benchmarks still run.
 
 mod attacks;
@@ -25,6 +27,7 @@ mod cli;
 mod clients;
 mod connections;
 mod console;
+mod cut_off;
 mod harness;
 mod oauth;
 mod oauth_suite;

@@ -6,6 +6,12 @@
 //! connection of its own. Workers that want it queue on the lock in PostgreSQL's lock
 //! manager, which hands it to the next one in line as soon as the holder lets go, or
 //! its connection ends (a worker that dies passes the duty on by dying).
+//!
+//! A peer that vanishes without closing its socket is noticed within tens of seconds on
+//! both ends: the server probes the connection (`Store::long_lived_options`), so a dead
+//! worker's session, and the duty it holds, ends; and the worker bounds each wait for the
+//! lock ([`DUTY_WAIT_ROUND`]) and checks the duty it holds ([`Duty::check`]), so a worker
+//! whose server is gone opens a new connection instead of waiting on the old one forever.
 
 use std::time::Duration;
 
@@ -20,6 +26,28 @@ const DUTY_CLASS: i32 = 0x6d63_7074;
 
 /// `application_name` of duty connections, so operators can tell them apart.
 pub const DUTY_APPLICATION_NAME: &str = "mcp-tasks-duty";
+
+/// How long one wait for the duty lasts on the server (its `lock_timeout`) before the
+/// worker queues again: an answer, the lock or the timeout, at least this often shows
+/// the server is still there. Queueing again costs a statement and the place in line,
+/// which matters not: the duty goes to whichever idle worker waits.
+pub const DUTY_WAIT_ROUND: Duration = Duration::from_secs(20);
+
+/// How long past what it should take the server may stay silent before the duty's
+/// connection is given up for dead.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// The server did not answer on the duty connection in time: as good as gone.
+fn silent() -> crate::StoreError {
+    let timed_out = std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the server did not answer on the duty connection",
+    );
+    crate::StoreError(crate::Repr::Database(sqlx::Error::Io(timed_out)))
+}
+
+/// `lock_not_available`: the wait for the lock reached `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// One worker's place in the duty queue of its tool set; see the module docs.
 pub struct Duty {
@@ -74,23 +102,28 @@ impl Duty {
         }
         // Whatever it held ended with it.
         self.held = None;
-        let options = self
-            .store
-            .pool()
-            .connect_options()
-            .as_ref()
-            .clone()
-            .application_name(DUTY_APPLICATION_NAME);
-        let mut connection = options.connect().await.db()?;
-        // The wait for the lock is the point: no statement or lock timeout. A server that
-        // can tell (PostgreSQL 14 and later) drops a waiter whose worker is gone instead
-        // of handing it the duty first.
+        let options = self.store.long_lived_options(DUTY_APPLICATION_NAME);
+        let mut connection = tokio::time::timeout(ANSWER_WITHIN, options.connect())
+            .await
+            .map_err(|_| silent())?
+            .db()?;
+        // The wait for the lock is the point: no statement timeout, and a lock timeout
+        // only to hear from the server now and then. A server that can tell (PostgreSQL
+        // 14 and later) drops a waiter whose worker is gone instead of handing it the duty
+        // first.
+        let lock_timeout = format!("SET lock_timeout = {}", DUTY_WAIT_ROUND.as_millis());
         for set in [
             "SET statement_timeout = 0",
-            "SET lock_timeout = 0",
+            lock_timeout.as_str(),
             "SET client_connection_check_interval = 1000",
         ] {
-            if let Err(e) = sqlx::query(set).execute(&mut connection).await {
+            let done = tokio::time::timeout(
+                ANSWER_WITHIN,
+                sqlx::query(sqlx::AssertSqlSafe(set)).execute(&mut connection),
+            )
+            .await
+            .map_err(|_| silent())?;
+            if let Err(e) = done {
                 tracing::debug!(error = %e, statement = set, "duty connection setting refused");
             }
         }
@@ -104,21 +137,67 @@ impl Duty {
 
     /// Waits until this worker has the duty of `key` (letting go of another one first).
     /// Cancel-safe: a wait that is dropped closes its connection, which leaves the queue.
+    /// Fails (and closes the connection) when the server is silent for longer than a
+    /// wait lasts there, as a server that is gone is.
     pub async fn take(&mut self, key: i32) -> Result<()> {
         if self.held == Some(key) {
             return Ok(());
         }
         self.hand_over().await?;
         let mut connection = self.connection().await?;
-        sqlx::query("SELECT pg_advisory_lock($1, $2)")
-            .bind(DUTY_CLASS)
-            .bind(key)
-            .execute(&mut connection)
-            .await
-            .db()?;
+        loop {
+            let waited = tokio::time::timeout(
+                DUTY_WAIT_ROUND + ANSWER_WITHIN,
+                sqlx::query("SELECT pg_advisory_lock($1, $2)")
+                    .bind(DUTY_CLASS)
+                    .bind(key)
+                    .execute(&mut connection),
+            )
+            .await;
+            match waited {
+                Ok(Ok(_)) => break,
+                // The server's lock timeout: still there; queue again.
+                Ok(Err(sqlx::Error::Database(e)))
+                    if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {}
+                Ok(Err(e)) => return Err(e).db(),
+                Err(_) => return Err(silent()),
+            }
+        }
         self.connection = Some(connection);
         self.held = Some(key);
         Ok(())
+    }
+
+    /// Checks that the server is still there to hold the duty for this worker (a trivial
+    /// statement); if it does not answer in time, the connection is closed and the duty
+    /// counts as lost. Call it every [`DUTY_WAIT_ROUND`] or so while holding the duty.
+    pub async fn check(&mut self) -> Result<()> {
+        if self.held.is_none() {
+            return Ok(());
+        }
+        let Some(mut connection) = self.connection.take() else {
+            self.held = None;
+            return Ok(());
+        };
+        let answered = tokio::time::timeout(
+            ANSWER_WITHIN,
+            sqlx::query("SELECT 1").execute(&mut connection),
+        )
+        .await;
+        match answered {
+            Ok(Ok(_)) => {
+                self.connection = Some(connection);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                self.held = None;
+                Err(e).db()
+            }
+            Err(_) => {
+                self.held = None;
+                Err(silent())
+            }
+        }
     }
 
     /// Lets the next worker in line have the duty. On any failure the connection is

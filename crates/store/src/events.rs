@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::time::Instant;
 
 use crate::notify::{CANCEL, CHANGED, LISTENER_APPLICATION_NAME, RUNNABLE};
@@ -147,14 +147,37 @@ impl Store {
         }
     }
 
-    /// A LISTEN connection of its own, outside the pool.
-    async fn listen(&self, channels: &[&str]) -> Result<PgListener> {
-        let options = self
-            .pool()
+    /// The options of a connection outside the pool that holds something for as long as
+    /// it lives (a LISTEN registration, the wake-up duty), named `application_name`.
+    ///
+    /// Such a connection is idle most of the time, and the server learns that its peer is
+    /// gone only by writing to it: without these settings, after the system's keepalive
+    /// time of two hours. Meanwhile a dead worker's session keeps the duty from the next
+    /// worker in line, and a dead listener keeps the notification queue from being
+    /// trimmed past what it has not read (the queue fills, and NOTIFY fails everywhere).
+    /// With them the server probes a silent peer after 10 s, every 5 s, and ends the
+    /// session after 3 unanswered probes or 25 s of unacknowledged data, whichever comes
+    /// first. They are the server's settings, for its end of the socket; sqlx (0.9) sets
+    /// no keepalive on its own end, so each kind of connection looks after that itself:
+    /// `Events` probes its connection by notifying itself, and `Duty` bounds every wait
+    /// and checks the duty it holds (see there).
+    pub(crate) fn long_lived_options(&self, application_name: &str) -> PgConnectOptions {
+        self.pool()
             .connect_options()
             .as_ref()
             .clone()
-            .application_name(LISTENER_APPLICATION_NAME);
+            .application_name(application_name)
+            .options([
+                ("tcp_keepalives_idle", "10"),
+                ("tcp_keepalives_interval", "5"),
+                ("tcp_keepalives_count", "3"),
+                ("tcp_user_timeout", "25000"),
+            ])
+    }
+
+    /// A LISTEN connection of its own, outside the pool.
+    async fn listen(&self, channels: &[&str]) -> Result<PgListener> {
+        let options = self.long_lived_options(LISTENER_APPLICATION_NAME);
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)

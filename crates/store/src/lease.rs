@@ -44,6 +44,8 @@ struct ClaimedRow {
 pub struct HeartbeatReply {
     pub id: TaskId,
     pub cancel_requested: bool,
+    /// False when the row was busy and this heartbeat left the lease as it was.
+    pub extended: bool,
 }
 
 /// How a run ended.
@@ -283,7 +285,7 @@ impl Store {
         let principals: Vec<&str> = leases.iter().map(|l| l.owner.principal.as_str()).collect();
         let ids: Vec<uuid::Uuid> = leases.iter().map(|l| l.id.0).collect();
         let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
-        let rows: Vec<(uuid::Uuid, bool)> = sqlx::query_as(
+        let rows: Vec<(uuid::Uuid, bool, bool)> = sqlx::query_as(
             r"
             WITH held AS MATERIALIZED (
                 SELECT t.tenant, t.principal, t.id, t.lease_token AS token,
@@ -310,8 +312,7 @@ impl Store {
                 WHERE t.tenant = f.tenant AND t.principal = f.principal AND t.id = f.id
                 RETURNING t.id
             )
-            -- (A data-modifying CTE runs whether or not it is read.)
-            SELECT id, cancel FROM held
+            SELECT id, cancel, id IN (SELECT id FROM extended) FROM held
             ",
         )
         .bind(&tenants)
@@ -324,9 +325,10 @@ impl Store {
         .db()?;
         Ok(rows
             .into_iter()
-            .map(|(id, cancel_requested)| HeartbeatReply {
+            .map(|(id, cancel_requested, extended)| HeartbeatReply {
                 id: TaskId(id),
                 cancel_requested,
+                extended,
             })
             .collect())
     }

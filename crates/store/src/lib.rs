@@ -48,12 +48,12 @@ pub use console::{
     Scope, StatusCount, TaskFilter, TaskPage, TaskSummary, WorkerLoad,
 };
 pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
-pub use duty::{DUTY_APPLICATION_NAME, Duty, duty_key};
+pub use duty::{DUTY_APPLICATION_NAME, DUTY_WAIT_ROUND, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
-pub use maintenance::MaintenanceReport;
+pub use maintenance::{ANALYZE_LOCK, MaintenanceReport};
 pub use notify::{LISTENER_APPLICATION_NAME, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;

@@ -4,6 +4,14 @@
 use crate::client_ops::finish_columns;
 use crate::{DbResult, Result, Store};
 
+/// The advisory lock (the two-key form) a worker holds while it checks the task table's
+/// statistics and analyses it, so that one does at a time: "mcpm", 1. Its first key is
+/// not the wake-up duty's, whose second keys are hashes of tool names.
+pub const ANALYZE_LOCK: (i32, i32) = (0x6d63_706d, 1);
+
+/// The workers' ANALYZE of the task table; see [`Store::analyze_if_stale`].
+const ANALYZE: &str = "ANALYZE (SKIP_LOCKED) tasks";
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MaintenanceReport {
     /// Live tasks past their ttlMs, now failed.
@@ -157,33 +165,50 @@ impl Store {
     /// (a minute by default), long enough for a busy database to crawl first. The gap
     /// bounds what a table churning faster than it is big costs: one ANALYZE (a 30,000-row
     /// sample) per gap, whichever worker takes it.
+    ///
+    /// One worker at a time: the check and the ANALYZE run in one transaction holding the
+    /// advisory lock [`ANALYZE_LOCK`], which the others try for and skip when it is taken
+    /// (a worker finding it free afterwards sees the new statistics, and the gap). And
+    /// never in autovacuum's way: `SKIP_LOCKED` skips the table while another process
+    /// (autovacuum, a manual VACUUM or ANALYZE) holds it, where a plain ANALYZE would
+    /// queue for its lock, and a statement queued behind autovacuum for a second cancels
+    /// it (the deadlock check does), which undoes the vacuum's work.
     #[tracing::instrument(name = "db.maintenance.analyze", skip_all, err(level = "debug"))]
     pub async fn analyze_if_stale(&self, min_rows: i64, min_gap_ms: i64) -> Result<bool> {
-        let stale: bool = sqlx::query_scalar(
+        let mut tx = self.pool().begin().await.db()?;
+        let (stale, analyses): (bool, i64) = sqlx::query_as(
             r"
-            SELECT CASE
+            SELECT pg_try_advisory_xact_lock($3, $4) AND CASE
                 WHEN coalesce(s.last_analyze, s.last_autoanalyze) IS NULL THEN s.n_live_tup >= $1
                 WHEN greatest(s.last_analyze, s.last_autoanalyze)
                      > now() - $2 * interval '1 millisecond' THEN false
                 ELSE s.n_mod_since_analyze >= greatest($1, c.reltuples::bigint)
-            END
+            END,
+            s.analyze_count
             FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
             WHERE s.relid = 'tasks'::regclass
             ",
         )
         .bind(min_rows)
         .bind(min_gap_ms)
-        .fetch_one(self.pool())
+        .bind(ANALYZE_LOCK.0)
+        .bind(ANALYZE_LOCK.1)
+        .fetch_one(&mut *tx)
         .await
         .db()?;
         if !stale {
             return Ok(false);
         }
-        sqlx::query("ANALYZE tasks")
-            .execute(self.pool())
-            .await
-            .db()?;
-        Ok(true)
+        sqlx::query(ANALYZE).execute(&mut *tx).await.db()?;
+        tx.commit().await.db()?;
+        // A skipped table says so only in a warning; the count tells.
+        let after: i64 = sqlx::query_scalar(
+            "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = 'tasks'::regclass",
+        )
+        .fetch_one(self.pool())
+        .await
+        .db()?;
+        Ok(after > analyses)
     }
 
     /// One maintenance pass: expire, delete, forget tombstones, ended sessions, spent

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use mcp_tasks_store::DUTY_WAIT_ROUND;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
@@ -62,6 +63,13 @@ pub(crate) async fn duty(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         tokio::select! {
             changed = want.changed() => if changed.is_err() { break },
+            // A server gone silent holds the duty for nobody: find out, and queue anew.
+            () = tokio::time::sleep(DUTY_WAIT_ROUND), if duty.held().is_some() => {
+                if let Err(e) = duty.check().await {
+                    tracing::warn!(error = %e, "lost the wake-up duty's connection; queueing again");
+                    shared.on_duty.store(false, Ordering::SeqCst);
+                }
+            }
             () = shutdown.cancelled() => break,
         }
     }

@@ -15,7 +15,8 @@ use mcp_tasks_wire::json::replace_nul;
 use mcp_tasks_wire::service_messages::EndReason;
 use mcp_tasks_wire::{ErrorObject, codes};
 use serde_json::Value;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
@@ -28,10 +29,29 @@ const LOST: &str = "lost";
 /// Status messages longer than this are cut; they are for humans.
 const MAX_STATUS_CHARS: usize = 1000;
 
-pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemaphorePermit) {
+/// How long before its lease runs out (as this worker knows it) a run whose lease no
+/// heartbeat could extend is cancelled: a quarter of the lease, by when the two
+/// heartbeats before and their retries have failed.
+fn cancel_margin(lease: Duration) -> Duration {
+    lease / 4
+}
+
+/// How long before its lease runs out a cancelled handler that has not stopped is aborted.
+fn abort_margin(lease: Duration) -> Duration {
+    lease / 10
+}
+
+/// Starts the run of a task claimed by a statement sent at `claim_sent`.
+pub(crate) fn spawn(
+    shared: &Arc<Shared>,
+    claimed: Claimed,
+    permit: OwnedSemaphorePermit,
+    claim_sent: Instant,
+) {
     let lease = claimed.lease.clone();
     let cancel = CancellationToken::new();
     let reason = Arc::new(Mutex::new(None));
+    let (expires, expiry) = watch::channel(claim_sent + shared.config.lease);
     let earlier = shared
         .running
         .lock()
@@ -42,6 +62,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
                 lease: lease.clone(),
                 cancel: cancel.clone(),
                 reason: reason.clone(),
+                expires,
                 abort: None,
             },
         );
@@ -72,7 +93,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, claimed: Claimed, permit: OwnedSemapho
     let handle = shared.tracker.spawn(
         async move {
             let started = std::time::Instant::now();
-            let outcome = run(&shared2, claimed, cancel, reason).await;
+            let outcome = run(&shared2, claimed, cancel, reason, expiry).await;
             observe::task_run(&tool, outcome, started.elapsed());
             // However it was found out (a heartbeat, a refused write), the run ended
             // because its lease was no longer this worker's.
@@ -120,6 +141,7 @@ async fn run(
     claimed: Claimed,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<StopReason>>>,
+    expiry: watch::Receiver<Instant>,
 ) -> &'static str {
     let Claimed {
         lease,
@@ -180,17 +202,26 @@ async fn run(
     // The handler runs in its own task so a panic is contained and so it can be aborted
     // if it ignores cancellation; on the worker's tracker, so the drain waits for it too.
     let mut handle = AbortOnDropHandle::new(shared.tracker.spawn(tool.run(ctx).in_current_span()));
+    // Without a heartbeat to extend it, the lease runs out; another worker may then claim
+    // the task and run it again, so this run must have stopped by then (whatever the
+    // handler is doing beyond the database, such as a call to an upstream server).
+    let lease_length = shared.config.lease;
+    let mut watched = expiry.clone();
     let outcome: Option<ToolResult> = tokio::select! {
         joined = &mut handle => Some(flatten(joined)),
-        () = cancel.cancelled() => {
-            match tokio::time::timeout(shared.config.cancel_grace, &mut handle).await {
-                Ok(joined) => Some(flatten(joined)),
-                Err(_) => {
-                    tracing::warn!("handler ignored cancellation; aborted");
-                    handle.abort();
-                    None
-                }
-            }
+        () = cancel.cancelled() => stop_handler(shared, &mut handle, expiry.clone()).await,
+        () = lease_ends(&mut watched, cancel_margin(lease_length)) => {
+            tracing::warn!(
+                lease_ms = lease_length.as_millis() as u64,
+                left_ms = cancel_margin(lease_length).as_millis() as u64,
+                "no heartbeat has reached the database to extend this run's lease, which runs out soon: stopping the run, because once it has, another worker may claim the task and run it again"
+            );
+            reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(StopReason::LeaseRunningOut);
+            cancel.cancel();
+            stop_handler(shared, &mut handle, expiry.clone()).await
         }
     };
     let stop = *reason.lock().unwrap_or_else(|e| e.into_inner());
@@ -199,6 +230,13 @@ async fn run(
         tracing::warn!("lease lost; this run's outcome is discarded");
         return LOST;
     }
+    // Cancelled because the lease ran short, not because the client asked.
+    let outcome = match outcome {
+        Some(Ok(Outcome::Cancelled)) if stop == Some(StopReason::LeaseRunningOut) => {
+            Some(Err(ToolError::Interrupted))
+        }
+        other => other,
+    };
     let finish = match outcome {
         Some(Ok(Outcome::Complete(mut result))) => {
             // Whatever a tool returns must be storable.
@@ -252,6 +290,7 @@ async fn run(
         }
         Some(Err(ToolError::Interrupted)) | None => match stop {
             Some(StopReason::CancelRequested) => Finish::Cancelled,
+            Some(StopReason::LeaseRunningOut) => return give_back(shared, &lease).await,
             Some(StopReason::Shutdown) => {
                 match retry(store, &lease, shared.config.lease, |s, l| async move {
                     s.release(&l).await
@@ -279,6 +318,80 @@ async fn run(
         Finish::Cancelled => EndReason::CancelledByClient.status_message(),
     };
     record(shared, &lease, finish, Some(message)).await
+}
+
+/// Resolves once the lease is within `margin` of running out, as this worker knows it,
+/// with no heartbeat having extended it since.
+async fn lease_ends(expiry: &mut watch::Receiver<Instant>, margin: Duration) {
+    loop {
+        let at = *expiry.borrow_and_update();
+        let at = at.checked_sub(margin).unwrap_or(at);
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => return,
+            changed = expiry.changed() => {
+                // The run's entry is gone (a newer lease of the task replaced it, and
+                // stopped this run): the last expiry stands.
+                if changed.is_err() {
+                    tokio::time::sleep_until(at).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// After cancellation the handler has `cancel_grace` to stop by itself, and no longer
+/// than its lease lets it; then it is aborted.
+async fn stop_handler(
+    shared: &Shared,
+    handle: &mut AbortOnDropHandle<ToolResult>,
+    mut expiry: watch::Receiver<Instant>,
+) -> Option<ToolResult> {
+    tokio::select! {
+        joined = &mut *handle => return Some(flatten(joined)),
+        () = tokio::time::sleep(shared.config.cancel_grace) => {
+            tracing::warn!("handler ignored cancellation; aborted");
+        }
+        () = lease_ends(&mut expiry, abort_margin(shared.config.lease)) => {
+            tracing::warn!("handler still running as its lease runs out; aborted");
+        }
+    }
+    handle.abort();
+    None
+}
+
+/// Gives back the task of a run stopped because its lease ran short, as soon as the
+/// database answers: fenced by the lease, so it lands only if nobody has claimed the task
+/// meanwhile, and then it counts no attempt (as a release at shutdown). Meanwhile the
+/// heartbeats go on, and take back a lease that lapsed unclaimed. Tried for two leases;
+/// after that the lease lapses for good and the next claim counts an attempt.
+async fn give_back(shared: &Shared, lease: &Lease) -> &'static str {
+    let released = retry_paced(
+        &shared.store,
+        lease,
+        shared.config.lease * 2,
+        crate::loops::HEARTBEAT_RETRY,
+        |s, l| async move { s.release(&l).await },
+    )
+    .await;
+    match released {
+        Some(true) => {
+            tracing::info!(
+                "gave the task back after its lease ran short: it runs again from the start, counting no attempt (or is cancelled, if that was requested meanwhile)"
+            );
+            "released"
+        }
+        Some(false) => {
+            tracing::warn!("the lease ran out and the task was claimed again meanwhile");
+            LOST
+        }
+        None => {
+            tracing::warn!(
+                "could not give the task back; its lease lapses, and the next claim counts an attempt"
+            );
+            LOST
+        }
+    }
 }
 
 /// What the handler passes on: the execution span's own context when traces are
@@ -363,25 +476,45 @@ async fn request_input(
     .await
 }
 
-/// Retries a lease write through database blips, for at most one lease length (after
-/// that the lease has lapsed and the write would be refused anyway).
+/// Retries a lease write through database blips, for at most `within` (a lease length:
+/// by then the lease has lapsed, and someone else may have claimed the task).
 async fn retry<T, F, Fut>(store: &Store, lease: &Lease, within: Duration, op: F) -> Option<T>
 where
     F: Fn(Store, Lease) -> Fut,
     Fut: Future<Output = mcp_tasks_store::Result<T>>,
 {
-    let give_up = tokio::time::Instant::now() + within;
-    let mut delay = Duration::from_millis(50);
+    retry_paced(store, lease, within, Duration::from_secs(2), op).await
+}
+
+/// [`retry`], with the pause between attempts doubling up to `pace`. Each attempt is
+/// bounded too: a statement on a connection that hangs is given up on at the end.
+async fn retry_paced<T, F, Fut>(
+    store: &Store,
+    lease: &Lease,
+    within: Duration,
+    pace: Duration,
+    op: F,
+) -> Option<T>
+where
+    F: Fn(Store, Lease) -> Fut,
+    Fut: Future<Output = mcp_tasks_store::Result<T>>,
+{
+    let give_up = Instant::now() + within;
+    let mut delay = Duration::from_millis(50).min(pace);
     loop {
-        match op(store.clone(), lease.clone()).await {
-            Ok(v) => return Some(v),
-            Err(e) if tokio::time::Instant::now() + delay < give_up => {
+        match tokio::time::timeout_at(give_up, op(store.clone(), lease.clone())).await {
+            Ok(Ok(v)) => return Some(v),
+            Ok(Err(e)) if Instant::now() + delay < give_up => {
                 tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "lease write failed; retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
+                delay = (delay * 2).min(pace);
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::error!(error = %e, "lease write failed; giving up");
+                return None;
+            }
+            Err(_) => {
+                tracing::error!("lease write got no answer in time; giving up");
                 return None;
             }
         }

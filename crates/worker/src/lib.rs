@@ -5,7 +5,8 @@
 //! - **claim**: whenever a slot is free, claim up to that many tasks in one statement;
 //!   woken by NOTIFY, with a polling backstop;
 //! - **heartbeat**: every third of a lease, extend all held leases in one statement;
-//!   a lease that was not extended is lost, and a flagged cancellation is passed on;
+//!   a lease that was not extended is lost, and a flagged cancellation is passed on; a
+//!   run whose lease no heartbeat could extend is stopped before the lease runs out;
 //! - **listen**: LISTEN for new work and for cancellations (which then reach the handler
 //!   within milliseconds instead of at the next heartbeat);
 //! - **maintenance**: finish lapsed leases that may not run again, expire overdue tasks,
@@ -29,6 +30,7 @@ use mcp_tasks_store::{Lease, Store, TaskId};
 use mcp_tasks_tools::LiveRegistry;
 use mcp_tasks_wire::results::Implementation;
 use tokio::sync::{Notify, Semaphore, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
@@ -106,6 +108,9 @@ enum StopReason {
     CancelRequested,
     /// The lease is gone: someone else may own the task now.
     LeaseLost,
+    /// No heartbeat could extend the lease (the database is out of reach), and it is about
+    /// to run out: once it has, another worker may claim the task and run it again.
+    LeaseRunningOut,
     /// This worker is shutting down.
     Shutdown,
 }
@@ -115,6 +120,10 @@ struct Running {
     lease: Lease,
     cancel: CancellationToken,
     reason: Arc<Mutex<Option<StopReason>>>,
+    /// When the lease runs out at the earliest: the lease length after this worker sent
+    /// the claim, or the last heartbeat that extended it (the database counts from when
+    /// the statement began, which is later).
+    expires: watch::Sender<Instant>,
     /// The task running it, so that dropping the worker stops it.
     abort: Option<tokio::task::AbortHandle>,
 }
@@ -157,6 +166,21 @@ impl Shared {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// A heartbeat sent at `sent` extended the lease `token` of task `id`.
+    fn extended(&self, id: TaskId, token: i64, sent: Instant) {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = running.get(&id).filter(|r| r.lease.token == token) {
+            let until = sent + self.config.lease;
+            r.expires.send_if_modified(|at| {
+                let later = until > *at;
+                if later {
+                    *at = until;
+                }
+                later
+            });
         }
     }
 

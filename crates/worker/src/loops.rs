@@ -83,6 +83,8 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
             last_full = Instant::now();
         }
         observe::claim_statement(cause);
+        // The leases run from when the statement starts, which is after this.
+        let sent = Instant::now();
         let claimed = match if full {
             shared
                 .store
@@ -120,7 +122,7 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         cause = observe::ClaimCause::Backlog;
         for task in claimed {
             let Some(permit) = permits.pop() else { break };
-            executor::spawn(&shared, task, permit);
+            executor::spawn(&shared, task, permit, sent);
         }
         drop(permits);
 
@@ -139,11 +141,12 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
 /// Extends held leases every third of a lease; tells handlers whose lease was lost or
 /// whose task was cancelled.
 ///
-/// When the database cannot be reached, handlers go on and the heartbeat retries every
-/// [`HEARTBEAT_RETRY`]: once the database is back, leases nobody claimed meanwhile are
-/// taken back (a lapsed lease keeps its token until someone claims the task), so an
-/// outage shorter than a lease costs no attempt; leases claimed by others are not in
-/// the reply, and their runs are stopped then.
+/// When the database cannot be reached, the heartbeat retries every [`HEARTBEAT_RETRY`]
+/// (each attempt bounded, so a connection that hangs is given up on), and handlers go on
+/// while their leases last: a run whose lease no heartbeat extended is stopped before it
+/// runs out (see `executor.rs`). Once the database is back, leases nobody claimed
+/// meanwhile are extended again (a lapsed lease keeps its token until someone claims the
+/// task); leases claimed by others are not in the reply, and their runs are stopped then.
 pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
     let config = &shared.config;
     let every = config.lease / 3;
@@ -163,14 +166,25 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
             failing = false;
             continue;
         }
-        match shared.store.heartbeat(&leases, config.lease_ms()).await {
-            Ok(replies) => {
+        let sent = Instant::now();
+        let beat = tokio::time::timeout(
+            every.max(HEARTBEAT_TIMEOUT_MIN),
+            shared.store.heartbeat(&leases, config.lease_ms()),
+        )
+        .await;
+        match beat {
+            Ok(Ok(replies)) => {
                 if failing {
                     tracing::info!(held = replies.len(), "heartbeat works again");
                 }
                 failing = false;
                 let alive: HashSet<TaskId> = replies.iter().map(|r| r.id).collect();
                 let tokens: HashMap<TaskId, i64> = leases.iter().map(|l| (l.id, l.token)).collect();
+                for reply in replies.iter().filter(|r| r.extended) {
+                    if let Some(token) = tokens.get(&reply.id) {
+                        shared.extended(reply.id, *token, sent);
+                    }
+                }
                 for lease in &leases {
                     if !alive.contains(&lease.id)
                         && shared.stop_task(lease.id, Some(lease.token), StopReason::LeaseLost)
@@ -185,8 +199,15 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     }
                 }
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, held = leases.len(), "heartbeat failed; retrying");
+                failing = true;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    held = leases.len(),
+                    "heartbeat got no answer in time; retrying"
+                );
                 failing = true;
             }
         }
@@ -194,7 +215,11 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 /// How soon a failed heartbeat is tried again.
-const HEARTBEAT_RETRY: Duration = Duration::from_millis(200);
+pub(crate) const HEARTBEAT_RETRY: Duration = Duration::from_millis(200);
+
+/// The shortest wait for a heartbeat's answer (otherwise a third of the lease, the
+/// interval), so that a slow database is not taken for a dead one.
+const HEARTBEAT_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 
 /// Follows the store's events for runnable work and cancellations. They are only hints:
 /// the claim loop polls and heartbeats carry cancellation flags, so a lost one costs

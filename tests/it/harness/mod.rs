@@ -14,6 +14,7 @@ mod install;
 pub(crate) mod jwt;
 pub(crate) mod oauth_as;
 pub(crate) mod procs;
+pub(crate) mod relay;
 pub(crate) mod replica;
 pub(crate) mod spec;
 pub(crate) mod suite_servers;

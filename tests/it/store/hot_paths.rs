@@ -143,7 +143,11 @@ async fn a_locked_row_does_not_hold_up_the_heartbeat_of_the_others() {
     let mut all: Vec<_> = leases.iter().map(|l| l.id).collect();
     all.sort();
     assert_eq!(held, all);
-    // ... the others are extended, and the busy one is left for the next heartbeat.
+    // ... the others are extended, and the busy one is left for the next heartbeat (and
+    // said so, so that its worker does not count on the new expiry).
+    for r in &replies {
+        assert_eq!(r.extended, r.id != busy, "{r:?}");
+    }
     let soon = time::OffsetDateTime::now_utc() + time::Duration::seconds(60);
     for lease in &leases[1..] {
         let t = found(store, &owner, lease.id).await;

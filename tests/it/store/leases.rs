@@ -264,7 +264,8 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
         replies,
         vec![HeartbeatReply {
             id: t1.id,
-            cancel_requested: false
+            cancel_requested: false,
+            extended: true,
         }]
     );
     let after = found(store, &owner, t1.id).await;
@@ -350,7 +351,8 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
             .expect("heartbeat"),
         vec![HeartbeatReply {
             id: t2.id,
-            cancel_requested: true
+            cancel_requested: true,
+            extended: true,
         }]
     );
     // Asking again changes nothing about when it was first asked.

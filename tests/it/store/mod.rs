@@ -23,6 +23,7 @@ mod isolation;
 mod leases;
 mod lock_order;
 mod migrations;
+mod statistics;
 mod tombstones;
 mod workers;
 
