@@ -1,6 +1,7 @@
 //! `subscriptions/listen` over real HTTP and PostgreSQL: the acknowledgement, snapshots
 //! equal to `tasks/get`, fan-out across replicas, recovery from a killed LISTEN
-//! connection, graceful ends, limits, slow subscribers, and the event stream's framing.
+//! connection, graceful ends (also when the caller's token expires, and at the stream's
+//! maximum lifetime), limits, slow subscribers, and the event stream's framing.
 //!
 //! Most tests play the worker themselves through the store (claim, status message,
 //! finish), so every change happens exactly when the test makes it.
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::harness::fixtures::{self, http_owner, leased, new_task};
 use crate::harness::http::Request;
+use crate::harness::jwt::{self, Jwt, SECRET};
 use crate::harness::spec::SUBSCRIPTION_ID;
 use crate::harness::{Replica, TestApp, TestDb, Worker, registry, server_config};
 
@@ -646,4 +648,71 @@ async fn the_listen_stream_is_plain_sse_with_one_message_per_event() {
     let last = frames.last().expect("at least the final snapshot");
     assert_eq!(last["params"]["status"], "completed", "{last}");
     app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_ends_with_its_result_when_its_token_expires() {
+    let app = TestApp::builder().jwt(Jwt::hs256()).start().await;
+    let owner = Owner::new("acme", "alice");
+    let id = create(&app.db.store, &owner).await;
+    let claims = jwt::claims(app.url(), "alice", "acme");
+    let short = jwt::with(claims.clone(), "exp", Some(json!(jwt::now() + 3)));
+    let client = |claims: &Value| {
+        app.replica()
+            .bearer_client(jwt::hs256(SECRET.as_bytes(), claims))
+    };
+    let listen = json!({ "taskIds": [id.to_string()] });
+    let mut expiring = client(&short)
+        .listen(json!("short"), listen.clone())
+        .await
+        .expect("listen");
+    let long = client(&claims);
+    let mut lasting = long.listen(json!("long"), listen).await.expect("listen");
+    for sub in [&mut expiring, &mut lasting] {
+        next(sub).await; // ack
+        next(sub).await; // snapshot
+    }
+    // The task is still working: only the token's expiry ends the stream.
+    expect_end(&mut expiring, &json!("short")).await;
+    // The other token's stream goes on and sees the next change.
+    long.cancel_task(&id.to_string())
+        .await
+        .expect("tasks/cancel");
+    let cancelled = next(&mut lasting).await;
+    assert_eq!(cancelled["params"]["status"], "cancelled", "{cancelled}");
+    expect_end(&mut lasting, &json!("long")).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_ends_with_its_result_at_its_maximum_lifetime() {
+    let db = TestDb::new().await;
+    let mut config = server_config();
+    config.max_stream_lifetime = Duration::from_secs(2);
+    let replica = Replica::start_with(
+        &db.store,
+        registry("conformance"),
+        config,
+        crate::harness::replica::state_keys(),
+    )
+    .await;
+    let id = create(&db.store, &alice()).await;
+    let client = replica.client("alice");
+    for round in 0..2 {
+        let sub_id = json!(round);
+        let mut sub = client
+            .listen(sub_id.clone(), json!({ "taskIds": [id.to_string()] }))
+            .await
+            .expect("listen");
+        let ack = next(&mut sub).await;
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+        next(&mut sub).await; // snapshot
+        // The task never changes: the lifetime ends the stream, and listening again
+        // (what a client does then) is served alike.
+        expect_end(&mut sub, &sub_id).await;
+    }
+    replica.stop().await;
 }

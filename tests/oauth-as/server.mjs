@@ -12,7 +12,8 @@
 // Environment: OAUTH_AS_SCOPES (resource scopes, default "tasks:read tasks:write"),
 // OAUTH_AS_MACHINE_CLIENT ("id:secret" of a pre-registered client_credentials client),
 // OAUTH_AS_TENANT (the `tenant` claim of access tokens, default "acme"),
-// OAUTH_AS_ACCESS_TTL (seconds, default 3600). Refresh tokens of public clients are
+// OAUTH_AS_ACCESS_TTL (seconds, default 3600), OAUTH_AS_REVOCATION ("off": no RFC 7009
+// revocation endpoint, so signing out leaves refresh tokens valid). Refresh tokens of public clients are
 // rotated on use, and a spent one used again revokes its grant (oidc-provider's defaults).
 import { createServer } from 'node:http';
 import { generateKeyPair, exportJWK } from 'jose';
@@ -22,6 +23,7 @@ const resourceScopes = process.env.OAUTH_AS_SCOPES || 'tasks:read tasks:write';
 const tenant = process.env.OAUTH_AS_TENANT || 'acme';
 const accessTtl = Number(process.env.OAUTH_AS_ACCESS_TTL || 3600);
 const machine = process.env.OAUTH_AS_MACHINE_CLIENT?.split(':');
+const revocation = process.env.OAUTH_AS_REVOCATION !== 'off';
 const clients = machine
   ? [{
       client_id: machine[0],
@@ -51,7 +53,7 @@ const provider = new Provider(issuer, {
     registration: { enabled: true },
     clientCredentials: { enabled: true },
     // RFC 7009: the console revokes its refresh token when it signs out.
-    revocation: { enabled: true },
+    revocation: { enabled: revocation },
     resourceIndicators: {
       enabled: true,
       useGrantedResource: () => true,

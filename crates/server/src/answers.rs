@@ -30,7 +30,7 @@ pub(crate) async fn apply_to_task(
     match outcome {
         Ok(UpdateOutcome::Applied { keys, resumed }) => {
             if resumed {
-                state.wake_workers();
+                state.wake_workers(&owner.tenant);
             }
             tracing::info!(task = %id, answered = keys.len(), resumed, "input applied");
             Ok(())

@@ -83,6 +83,10 @@ pub struct ServerConfig {
     pub max_streams_per_principal: usize,
     /// Interval of SSE keep-alive comments on idle streams.
     pub keep_alive: Duration,
+    /// Longest any SSE stream stays open (listen streams, 2025-era waits, the console's
+    /// live parts); then it ends and its client reconnects, with the credentials it holds
+    /// then (see `sse`).
+    pub max_stream_lifetime: Duration,
     /// Shortest gap between two "there is work" notifications to the workers.
     pub wake_interval: Duration,
     pub hub: crate::HubConfig,
@@ -129,6 +133,7 @@ impl ServerConfig {
             max_listen_tasks: 100,
             max_streams_per_principal: 64,
             keep_alive: Duration::from_secs(15),
+            max_stream_lifetime: Duration::from_secs(30 * 60),
             wake_interval: Duration::from_millis(2),
             hub: crate::HubConfig::default(),
             protected_resource: None,

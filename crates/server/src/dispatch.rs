@@ -141,7 +141,8 @@ async fn run(
         }
         Method::Listen => {
             let stream =
-                push::listen::listen(state, owner, &meta, &request.id, &request.params).await?;
+                push::listen::listen(state, owner, headers, &meta, &request.id, &request.params)
+                    .await?;
             return Ok(Reply::Stream(stream));
         }
     };

@@ -153,9 +153,9 @@ impl AppState {
         &self.inner.hub
     }
 
-    /// Tells the workers there is work (coalesced).
-    fn wake_workers(&self) {
-        self.inner.waker.wake();
+    /// Tells the workers there is work of `tenant` (coalesced).
+    fn wake_workers(&self, tenant: &str) {
+        self.inner.waker.wake(tenant);
     }
 
     fn console_oauth(&self) -> &console::OAuthCache {

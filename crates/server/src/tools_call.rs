@@ -183,7 +183,7 @@ pub(crate) async fn start(
         .await?;
     let task = match created {
         Created::New(task) => {
-            state.wake_workers();
+            state.wake_workers(&owner.tenant);
             tracing::info!(task = %task.id, tool = %tool.name, "task created");
             task
         }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::time::Instant;
 
-use crate::notify::{CANCEL, CHANGED, LISTENER_APPLICATION_NAME, RUNNABLE};
+use crate::notify::{CANCEL, CHANGED, LISTENER_APPLICATION_NAME, RUNNABLE, Tenants};
 use crate::{DbResult, Result, Store, TaskId};
 
 /// What a stream listens for. [`Event::Resync`] comes whatever is asked for.
@@ -45,8 +45,9 @@ impl EventKind {
 /// A notification, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// Something may be claimable: a task was created, resumed after input, or released.
-    Runnable,
+    /// Something may be claimable: a task was created, resumed after input, or released,
+    /// of one of these tenants.
+    Runnable(Tenants),
     /// Cancellation was requested for this task while a worker held it.
     CancelRequested(TaskId),
     /// A watched task changed; `version` is its version after the change.
@@ -62,7 +63,7 @@ impl Event {
     fn parse(channel: &str, payload: &str) -> Option<Self> {
         let task = |s: &str| uuid::Uuid::try_parse(s).ok().map(TaskId);
         match channel {
-            RUNNABLE => Some(Self::Runnable),
+            RUNNABLE => Some(Self::Runnable(Tenants::parse(payload))),
             CANCEL => task(payload).map(Self::CancelRequested),
             CHANGED => {
                 let (id, version) = payload.split_once(' ')?;
@@ -302,7 +303,15 @@ mod tests {
     #[test]
     fn payloads_parse_into_events() {
         let id = TaskId::random();
-        assert_eq!(Event::parse(RUNNABLE, ""), Some(Event::Runnable));
+        assert_eq!(
+            Event::parse(RUNNABLE, ""),
+            Some(Event::Runnable(Tenants::ALL))
+        );
+        let acme = Tenants::of("acme");
+        assert_eq!(
+            Event::parse(RUNNABLE, &acme.payload()),
+            Some(Event::Runnable(acme))
+        );
         assert_eq!(
             Event::parse(CANCEL, &id.to_string()),
             Some(Event::CancelRequested(id))

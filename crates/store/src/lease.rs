@@ -529,10 +529,11 @@ impl Store {
             " AND cancel_requested_at IS NULL
                  RETURNING id
              )
-             SELECT pg_notify($5, '') IS NOT NULL FROM released"
+             SELECT pg_notify($5, $6) IS NOT NULL FROM released"
         ))
         .bind_lease(lease)
         .bind(notify::RUNNABLE)
+        .bind(notify::Tenants::of(&lease.owner.tenant).payload())
         .fetch_optional(self.pool())
         .await
         .db()?;

@@ -54,7 +54,7 @@ pub use held_input::{HeldAnswers, HeldAsk};
 pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
 pub use listing::ListCursor;
 pub use maintenance::{ANALYZE_LOCK, MaintenanceReport};
-pub use notify::{LISTENER_APPLICATION_NAME, Waker};
+pub use notify::{LISTENER_APPLICATION_NAME, Tenants, Waker};
 pub use record::{TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;
 pub use sessions::Revocation;

@@ -241,7 +241,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
                 }
             }
             // One idle worker per set of tools answers these: the one on duty.
-            Event::Runnable => {
+            Event::Runnable(_) => {
                 if shared.on_duty.load(Ordering::SeqCst) {
                     shared.wake.notify_one();
                 }

@@ -93,7 +93,7 @@ fn ids(message: &Value) -> Vec<String> {
 }
 
 /// Where the tasks page's script connects to.
-fn events_url(page: &Page) -> String {
+pub(super) fn events_url(page: &Page) -> String {
     let at = page.body.find(r#"id="new-tasks""#).expect("the notice");
     let attr = r#"data-events=""#;
     let start = at + page.body[at..].find(attr).expect("data-events") + attr.len();

@@ -5,7 +5,10 @@
 //! [`Console`] stands in for a browser: it keeps cookies, never follows redirects (the
 //! tests check each one), and reads the CSRF token from the page it was served.
 //!
-//! `live_lists`: the live parts of the tasks list and the inbox.
+//! `live_lists`: the live parts of the tasks list and the inbox. `stream_ends`: every
+//! live stream ends with its session (a sign-out in another tab, on another replica)
+//! and at its maximum lifetime. `tenants`: wake-ups reach only their tenant's streams,
+//! and health streams have a lower limit of their own.
 //!
 //! `browser`, `browser_tasks`, `browser_access`: the acceptance of issue 15 in a real
 //! browser, Debian's chromium over WebDriver, with a screenshot of every page.
@@ -20,6 +23,8 @@ mod live_lists;
 mod oauth;
 mod renewal;
 mod replicas;
+mod stream_ends;
+mod tenants;
 mod views;
 mod workers;
 
@@ -94,6 +99,16 @@ impl Console {
             origin,
             http,
             extra: Vec::new(),
+        }
+    }
+
+    /// The same browser (the same cookies) on the replica whose MCP endpoint is `mcp_url`:
+    /// a cookie is the host's whatever the port, as browsers keep them.
+    pub(crate) fn at(&self, mcp_url: &str) -> Self {
+        Self {
+            origin: mcp_url.trim_end_matches("/mcp").to_owned(),
+            http: self.http.clone(),
+            extra: self.extra.clone(),
         }
     }
 

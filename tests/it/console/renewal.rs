@@ -3,7 +3,8 @@
 //! it is about to expire, and goes on; requests renewing at once share one renewal (the
 //! server rotates refresh tokens and revokes the grant when a spent one is used again);
 //! a renewal refused (signed out, so revoked) or impossible (the server down) ends at the
-//! sign-in page with the reason. Access tokens live 2 s, checked with no leeway; the
+//! sign-in page with the reason; a signed-out session is never renewed, even where the
+//! server would still honour its refresh token, and signing out spends none. Access tokens live 2 s, checked with no leeway; the
 //! tests wait for expiry, they time nothing.
 
 use std::sync::Arc;
@@ -111,6 +112,22 @@ async fn read_viewer(page: reqwest::Response) -> Result<String, String> {
         Some(viewer) if status == 200 => Ok(viewer),
         _ => Err(format!("HTTP {status}: {body}")),
     }
+}
+
+/// The CSRF token of the tasks page `browser` is served.
+async fn csrf(browser: &Browser) -> String {
+    let page = browser
+        .http
+        .get(format!("{}/console/tasks", browser.origin))
+        .send()
+        .await
+        .expect("tasks")
+        .text()
+        .await
+        .expect("body");
+    let marker = r#"name="csrf" value=""#;
+    let start = page.find(marker).expect("a form") + marker.len();
+    page[start..start + page[start..].find('"').expect("end")].to_owned()
 }
 
 /// The tasks page of `origin` for `cookie`, from a client that keeps no cookies.
@@ -223,10 +240,12 @@ async fn a_session_that_cannot_be_renewed_ends_at_the_sign_in_page_with_the_reas
 
     revoked.past_expiry().await;
     let (viewer, _) = with_cookie(&revoked.origin, &copy).await;
-    let page = viewer.expect_err("a revoked refresh token renews nothing");
+    let page = viewer.expect_err("a signed-out session renews nothing");
     assert!(page.starts_with("HTTP 401"), "{page}");
     assert!(page.contains(r#"id="signin-error""#), "{page}");
-    assert!(page.contains("refused to renew it"), "{page}");
+    // Found signed out before its refresh token is spent (which the server has revoked
+    // too, and would refuse).
+    assert!(page.contains("it was signed out"), "{page}");
     assert!(page.contains(r#"id="signin-oauth""#), "{page}");
 
     // The authorization server gone: the next renewal ends the session, no error page.
@@ -241,5 +260,42 @@ async fn a_session_that_cannot_be_renewed_ends_at_the_sign_in_page_with_the_reas
     // Signed out: the sign-in page gave the browser a new, anonymous session.
     let next = unreachable.viewer().await.expect_err("signed out");
     assert!(next.contains(r#"id="signin-token""#), "{next}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_signed_out_session_is_not_renewed_even_where_its_refresh_token_is_still_good() {
+    // No revocation at the server: signing out ends the session in our store only, and
+    // its refresh token would still buy new access tokens.
+    let auth =
+        AuthServer::start(&[("OAUTH_AS_ACCESS_TTL", "2"), ("OAUTH_AS_REVOCATION", "off")]).await;
+    let app = app(&auth).await;
+    let browser = Browser::sign_in(&app).await;
+    let csrf = csrf(&browser).await;
+    let copy = browser.session();
+
+    // Signed out once the access token has expired: the session is ended all the same,
+    // by the owner its expired token names, and nothing is renewed to do it.
+    browser.past_expiry().await;
+    let out = browser
+        .http
+        .post(format!("{}/console/signout", browser.origin))
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .expect("sign out");
+    assert_eq!(out.url().path(), "/console/signin");
+
+    // A copy of the cookie, due for renewal: ended, and its refresh token left unspent.
+    let (viewer, _) = with_cookie(&browser.origin, &copy).await;
+    let page = viewer.expect_err("a signed-out session renewed itself");
+    assert!(page.starts_with("HTTP 401"), "{page}");
+    assert!(page.contains("it was signed out"), "{page}");
+    let mut conn = app.db.sql().await;
+    let spent: i64 = sqlx::query_scalar("SELECT count(*) FROM console_refreshes")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
+    assert_eq!(spent, 0, "a refresh token was spent");
     app.stop().await;
 }

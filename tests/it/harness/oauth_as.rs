@@ -59,7 +59,8 @@ pub(crate) struct AuthServer {
 }
 
 impl AuthServer {
-    /// Starts one with `env` (`OAUTH_AS_SCOPES`, `OAUTH_AS_TENANT`, `OAUTH_AS_ACCESS_TTL`).
+    /// Starts one with `env` (`OAUTH_AS_SCOPES`, `OAUTH_AS_TENANT`, `OAUTH_AS_ACCESS_TTL`,
+    /// `OAUTH_AS_REVOCATION`).
     pub(crate) async fn start(env: &[(&str, &str)]) -> Self {
         let dir = tokio::task::spawn_blocking(installed)
             .await

@@ -1,10 +1,12 @@
 //! 2025-era sessions over raw HTTP: what the client libraries in `clients` do not show,
 //! or show only on their good path (negotiation per revision, refused and ended
-//! sessions, error forms, input routed by its signed id, the 2025-11-25 tasks adapter).
+//! sessions, error forms, input routed by its signed id, the 2025-11-25 tasks adapter,
+//! and their streams' limits and ends).
 
 mod catalog;
 mod input;
 mod lifecycle;
+mod streams;
 
 use std::time::Duration;
 

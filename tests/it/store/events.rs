@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mcp_tasks_store::{
     Event, EventKind, Events, EventsConfig, LISTENER_APPLICATION_NAME, NewTask, Owner, PoolConfig,
-    Store, TaskId,
+    Store, TaskId, Tenants,
 };
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -105,7 +105,8 @@ async fn events_are_typed_filtered_and_resynchronised_after_a_lost_connection() 
             id: t1,
             version: cancelled,
         },
-        Event::Runnable,
+        // The released task's tenant, in the payload.
+        Event::Runnable(Tenants::of("t")),
     ] {
         assert_eq!(next(&mut all).await, expected);
     }
@@ -133,7 +134,7 @@ async fn events_are_typed_filtered_and_resynchronised_after_a_lost_connection() 
     assert_eq!(next(&mut all).await, Event::Resync);
     assert_eq!(next(&mut changes).await, Event::Resync);
     release_one(store).await;
-    assert_eq!(next(&mut all).await, Event::Runnable);
+    assert_eq!(next(&mut all).await, Event::Runnable(Tenants::of("t")));
 
     // Dropping a stream closes its connection.
     drop(all);
@@ -235,7 +236,7 @@ async fn a_silently_dead_connection_is_found_by_its_probe_and_replaced() {
     );
     assert_eq!(next(&mut events).await, Event::Resync);
     release_one(&db.store).await;
-    assert_eq!(next(&mut events).await, Event::Runnable);
+    assert_eq!(next(&mut events).await, Event::Runnable(Tenants::of("t")));
 
     // The connection goes silent: nothing is closed, so only the probe can tell.
     relay.freeze().await;
@@ -246,7 +247,7 @@ async fn a_silently_dead_connection_is_found_by_its_probe_and_replaced() {
     loop {
         release_one(&db.store).await;
         match next(&mut events).await {
-            Event::Runnable => break,
+            Event::Runnable(_) => break,
             Event::Resync => {}
             other => panic!("unexpected {other:?}"),
         }

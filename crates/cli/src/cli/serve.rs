@@ -7,8 +7,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use mcp_tasks_observe::Metrics;
 use mcp_tasks_server::{
-    AdminClaim, AllowedHosts, AppState, ConnectionConfig, ConsoleConfig, RateLimit, ServerConfig,
-    StateKeys,
+    AdminClaim, AllowedHosts, AppState, ConnectionConfig, ConsoleConfig, ProtectedResource,
+    RateLimit, ServerConfig, StateKeys,
 };
 use mcp_tasks_store::Store;
 use mcp_tasks_tools::LiveRegistry;
@@ -100,6 +100,15 @@ pub(super) struct ServerArgs {
         default_value_t = 64
     )]
     max_streams_per_principal: usize,
+    /// Longest any SSE stream stays open (listen streams, 2025-era waits, the console's
+    /// live parts) before it ends and its client reconnects (ms).
+    #[arg(
+        long,
+        env = "MCP_TASKS_MAX_STREAM_LIFETIME_MS",
+        default_value_t = 1_800_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    max_stream_lifetime_ms: u64,
     /// Deepest JSON nesting accepted in a request body.
     #[arg(long, env = "MCP_TASKS_MAX_JSON_DEPTH", default_value_t = 64)]
     max_json_depth: usize,
@@ -151,9 +160,23 @@ pub(super) struct ConsoleArgs {
         env = "MCP_TASKS_CONSOLE_OAUTH_CLIENT_ID"
     )]
     oauth_client_id: Option<String>,
+    /// The URL browsers reach this server at, behind any proxy (`https://…` or
+    /// `http://…`); its scheme decides whether the console's cookies are `Secure`
+    /// [default: the scheme of --resource, else https unless listening on loopback].
+    #[arg(long = "public-url", env = "MCP_TASKS_PUBLIC_URL", value_parser = public_url)]
+    public_url: Option<url::Url>,
     /// Whether the console is on when neither flag nor variable says (set by `dev`).
     #[arg(skip)]
     pub(super) by_default: bool,
+}
+
+/// `--public-url`: an absolute http or https URL.
+fn public_url(spec: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(spec).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("give an http:// or https:// URL with a host".into());
+    }
+    Ok(url)
 }
 
 /// Connection-level timeouts and limits: what keeps slow, idle and excess clients from
@@ -219,6 +242,7 @@ impl ServerArgs {
         c.session_ttl = Duration::from_millis(self.session_ttl_ms);
         c.max_listen_tasks = self.max_listen_tasks;
         c.max_streams_per_principal = self.max_streams_per_principal;
+        c.max_stream_lifetime = Duration::from_millis(self.max_stream_lifetime_ms);
         c.json_limits.max_depth = self.max_json_depth;
         c.max_argument_bytes = self.max_argument_bytes;
         c.max_input_response_bytes = self.max_input_response_bytes;
@@ -234,7 +258,7 @@ impl ServerArgs {
             .map_or(self.console.by_default, |s| s == Switch::On);
         c.console = console.then(|| ConsoleConfig {
             admin_claim: self.console.admin_claim.clone(),
-            secure_cookies: !self.listen.ip().is_loopback(),
+            secure_cookies: self.secure_cookies(None),
             oauth_client_id: self.console.oauth_client_id.clone(),
         });
         c
@@ -244,6 +268,17 @@ impl ServerArgs {
     pub(super) fn refuse_unsafe(&self) -> anyhow::Result<()> {
         self.auth
             .refuse_unsafe(self.listen, self.allowed_hosts.as_deref())
+    }
+
+    /// Whether the console's cookies are `Secure`: when the public scheme is https. That
+    /// is the scheme of --public-url, else of the resource (`MCP_TASKS_RESOURCE`);
+    /// without either, only a loopback address is taken for plain http (`dev`).
+    fn secure_cookies(&self, resource: Option<&ProtectedResource>) -> bool {
+        match (&self.console.public_url, resource) {
+            (Some(url), _) => url.scheme() == "https",
+            (None, Some(resource)) => resource.resource.starts_with("https://"),
+            (None, None) => !self.listen.ip().is_loopback(),
+        }
     }
 
     fn state_keys(&self) -> anyhow::Result<StateKeys> {
@@ -282,6 +317,9 @@ pub(super) async fn serve(
             config.connections.request_timeout.as_millis(),
             config.sync_wait.as_millis()
         );
+    }
+    if let Some(console) = config.console.as_mut() {
+        console.secure_cookies = args.secure_cookies(protected_resource.as_ref());
     }
     config.protected_resource = protected_resource;
     let state = AppState::new(

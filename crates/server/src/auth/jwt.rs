@@ -200,10 +200,18 @@ impl JwtAuth {
     }
 
     async fn verify(&self, token: &str) -> Result<Owner, AuthError> {
-        self.verify_claims(token).await.map(|(owner, _)| owner)
+        self.verify_claims(token, true)
+            .await
+            .map(|(owner, _)| owner)
     }
 
-    async fn verify_claims(&self, token: &str) -> Result<(Owner, Map<String, Value>), AuthError> {
+    /// The owner and claims of a good token; with `check_exp` false, also of one that
+    /// has expired.
+    async fn verify_claims(
+        &self,
+        token: &str,
+        check_exp: bool,
+    ) -> Result<(Owner, Map<String, Value>), AuthError> {
         let invalid = |why: &str| AuthError::Invalid(why.to_owned());
         let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("malformed token"))?;
         let allowed = match self.config.keys {
@@ -231,6 +239,7 @@ impl JwtAuth {
         let mut validation = Validation::new(header.alg);
         validation.leeway = self.config.leeway.as_secs();
         validation.validate_nbf = true;
+        validation.validate_exp = check_exp;
         let mut required: HashSet<String> =
             ["exp", "sub"].iter().map(|s| (*s).to_owned()).collect();
         match &self.config.audience {
@@ -316,7 +325,20 @@ impl Authenticator for JwtAuth {
         headers: &'a HeaderMap,
     ) -> BoxFuture<'a, Result<super::Identity, AuthError>> {
         Box::pin(async move {
-            let (owner, claims) = self.verify_claims(bearer(headers)?).await?;
+            let (owner, claims) = self.verify_claims(bearer(headers)?, true).await?;
+            Ok(super::Identity {
+                owner,
+                claims: Some(claims),
+            })
+        })
+    }
+
+    fn identify_expired<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> BoxFuture<'a, Result<super::Identity, AuthError>> {
+        Box::pin(async move {
+            let (owner, claims) = self.verify_claims(bearer(headers)?, false).await?;
             Ok(super::Identity {
                 owner,
                 claims: Some(claims),

@@ -38,6 +38,17 @@ pub trait Authenticator: Send + Sync + 'static {
             })
         })
     }
+
+    /// [`Authenticator::identify`], accepting credentials that have expired but are
+    /// otherwise good (for a JWT: signature, issuer and audience): whose they were is
+    /// still certain, which is all that signing out of the console needs to end its
+    /// session everywhere. An authenticator that cannot tell is as strict as `identify`.
+    fn identify_expired<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> BoxFuture<'a, Result<Identity, AuthError>> {
+        self.identify(headers)
+    }
 }
 
 /// Who a caller is, with the claims its token was verified with.

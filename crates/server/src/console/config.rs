@@ -7,8 +7,9 @@ use serde_json::{Map, Value};
 pub struct ConsoleConfig {
     /// Which claim makes a principal an admin of its tenant (`None`: nobody is).
     pub admin_claim: Option<AdminClaim>,
-    /// Whether cookies carry `Secure`: everywhere but on a loopback listen address, where
-    /// the console is reached over plain `http://localhost`.
+    /// Whether the public scheme is https: cookies then carry `Secure` and the `__Host-`
+    /// prefix (the binary takes it from `--public-url`, else from `--resource`, else
+    /// https unless the replica listens on loopback).
     pub secure_cookies: bool,
     /// The console's OAuth client id at the authorization server; when unset, the console
     /// registers itself (RFC 7591) the first time someone signs in with OAuth.

@@ -11,6 +11,7 @@
 //! like listen streams.
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::response::sse::Event;
 use futures::StreamExt;
@@ -21,6 +22,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 use mcp_tasks_store::{Lookup, Owner, TaskId};
 
 use super::session::Viewer;
+use super::standing::Signed;
 use super::{layout, task, timeline};
 use crate::AppState;
 use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
@@ -30,6 +32,7 @@ use crate::sse::{self, EventSource};
 pub(crate) async fn events(
     State(state): State<AppState>,
     viewer: Viewer,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
     let task = match task::load(&state, &viewer, &id).await {
@@ -51,6 +54,7 @@ pub(crate) async fn events(
     let Some(watcher) = watchers.into_iter().next() else {
         return layout::not_found(&viewer);
     };
+    let standing = Signed::new(&headers, &viewer);
     let source = LiveTask {
         updates: WatchStream::new(watcher.rx.clone()),
         owner: viewer.is_owner(&task),
@@ -62,7 +66,7 @@ pub(crate) async fn events(
         _watcher: watcher,
         _permit: permit,
     };
-    sse::response(&state, source)
+    sse::response(&state, source, standing)
 }
 
 /// One viewer's stream of one task: each new version, up to and including the final one.
@@ -153,9 +157,10 @@ impl EventSource for LiveTask {
 /// Least time between two re-reads of one list stream's query.
 const MIN_GAP: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// When a console list stream (`live_list`, `live_inbox`) re-runs its page's query: soon
-/// after the hub hears a wake-up of the workers (a task was created, resumed or released,
-/// on any replica) or a resync, or after [`Requery::poke`]; at most once per [`MIN_GAP`];
+/// When a console list stream (`live_list`, `live_inbox`, `live_health`) re-runs its
+/// page's query: soon after the hub hears a wake-up of the workers that may concern the
+/// viewer's tenant (a task of it was created, resumed or released, on any replica) or a
+/// resync, or after [`Requery::poke`]; at most once per [`MIN_GAP`];
 /// and every `backstop` whatever happens. Between wake-ups it does nothing, and during
 /// the gap after a re-read it does not even look at the wake-ups (a flood of them costs
 /// a stream one look per gap).
@@ -167,9 +172,10 @@ pub(crate) struct Requery {
 }
 
 impl Requery {
-    /// Due at once (the stream's first read), then as above.
-    pub(crate) fn new(state: &AppState, backstop: std::time::Duration) -> Self {
-        let mut runnable = state.hub().runnable();
+    /// Due at once (the stream's first read), then as above, on wake-ups that may
+    /// concern `tenant` (the viewer's: every stream shows one tenant's tasks).
+    pub(crate) fn new(state: &AppState, tenant: &str, backstop: std::time::Duration) -> Self {
+        let mut runnable = state.hub().runnable(tenant);
         runnable.mark_unchanged();
         Self {
             runnable,

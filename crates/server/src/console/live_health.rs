@@ -3,14 +3,17 @@
 //!
 //! Health is figures over many tasks, not one task's versions, so the stream does not
 //! watch tasks: it reads the figures again when the push hub hears the workers' wake-up
-//! (a task was created, resumed or released somewhere; coalesced, at most once a second
-//! per stream) or a resync, and every [`BACKSTOP`] whatever happens, since ages grow and
-//! workers fall silent without any notification. A read costs the page's own bounded
-//! index reads; when nothing changed nothing is sent.
+//! for the viewer's tenant (a task of it was created, resumed or released somewhere;
+//! coalesced, at most once a second per stream) or a resync, and every [`BACKSTOP`]
+//! whatever happens, since ages grow and workers fall silent without any notification.
+//! A read costs the page's own bounded index reads, several statements; when nothing
+//! changed nothing is sent. Since every read costs that much, a principal may hold
+//! fewer of these open than of other streams (`streams::MAX_HEALTH_STREAMS`).
 
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::response::sse::Event;
 use serde_json::json;
@@ -20,6 +23,7 @@ use super::health;
 use super::layout;
 use super::live::Requery;
 use super::session::Viewer;
+use super::standing::Signed;
 use crate::AppState;
 use crate::push::streams::StreamPermit;
 use crate::sse::{self, EventSource};
@@ -27,22 +31,27 @@ use crate::sse::{self, EventSource};
 /// How often the figures are read again when nothing said to.
 pub(super) const BACKSTOP: Duration = Duration::from_secs(10);
 
-pub(crate) async fn events(State(state): State<AppState>, viewer: Viewer) -> Response {
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    headers: HeaderMap,
+) -> Response {
+    let standing = Signed::new(&headers, &viewer);
     let Some(permit) = state
         .streams()
-        .try_open(&viewer.owner, state.config().max_streams_per_principal)
+        .try_open_health(&viewer.owner, state.config().max_streams_per_principal)
     else {
         return layout::too_many_requests();
     };
     let source = LiveHealth {
-        requery: Requery::new(&state, BACKSTOP),
+        requery: Requery::new(&state, &viewer.owner.tenant, BACKSTOP),
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
         state: state.clone(),
         viewer,
         sent: None,
         _permit: permit,
     };
-    sse::response(&state, source)
+    sse::response(&state, source, standing)
 }
 
 struct LiveHealth {

@@ -8,8 +8,8 @@
 //! hub (as the viewer, whose inbox it is) to the principal's waiting tasks and its
 //! [`WATCHED_WORKING`] newest working ones, and reads the membership again (two bounded
 //! index reads) when a watched task's status changes, when the hub hears the workers'
-//! wake-up (a task was created, resumed or released: a new task to watch), and every
-//! [`BACKSTOP`]; at most once a second. Past that many working tasks, an older one that
+//! wake-up for its tenant (a task was created, resumed or released: a new task to
+//! watch), and every [`BACKSTOP`]; at most once a second. Past that many working tasks, an older one that
 //! starts waiting shows up at the next re-read rather than at once. At most
 //! `LIMIT + WATCHED_WORKING` tasks are watched per stream.
 
@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::response::sse::Event;
 use futures::StreamExt;
@@ -31,6 +32,7 @@ use super::inbox::{self, LIMIT};
 use super::layout;
 use super::live::Requery;
 use super::session::Viewer;
+use super::standing::Signed;
 use crate::AppState;
 use crate::push::hub::{Snapshot, Watcher};
 use crate::push::streams::StreamPermit;
@@ -41,7 +43,12 @@ pub(super) const WATCHED_WORKING: i64 = 200;
 /// How often the membership is read again when nothing said to.
 pub(super) const BACKSTOP: Duration = Duration::from_secs(15);
 
-pub(crate) async fn events(State(state): State<AppState>, viewer: Viewer) -> Response {
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    headers: HeaderMap,
+) -> Response {
+    let standing = Signed::new(&headers, &viewer);
     let Some(permit) = state
         .streams()
         .try_open(&viewer.owner, state.config().max_streams_per_principal)
@@ -49,7 +56,7 @@ pub(crate) async fn events(State(state): State<AppState>, viewer: Viewer) -> Res
         return layout::too_many_requests();
     };
     let source = LiveInbox {
-        requery: Requery::new(&state, BACKSTOP),
+        requery: Requery::new(&state, &viewer.owner.tenant, BACKSTOP),
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
         state: state.clone(),
         owner: viewer.owner,
@@ -59,7 +66,7 @@ pub(crate) async fn events(State(state): State<AppState>, viewer: Viewer) -> Res
         sent: None,
         _permit: permit,
     };
-    sse::response(&state, source)
+    sse::response(&state, source, standing)
 }
 
 /// What a re-read found of one task: its status, and its message while it waits (both

@@ -8,9 +8,9 @@
 //!   attempt, message; whatever is ready at once goes in one event), the first version of
 //!   each included, so what changed between the page load and the stream's start is
 //!   caught up. At most [`PAGE`] rows are watched.
-//! - **New tasks** (first page only): when the hub hears the workers' wake-up (which
-//!   every created task causes, coalesced, on whichever replica it was created) or a
-//!   resync, at most once a second, and every [`BACKSTOP`] anyway, the stream runs the
+//! - **New tasks** (first page only): when the hub hears the workers' wake-up for the
+//!   viewer's tenant (which every created task causes, coalesced, on whichever replica
+//!   it was created) or a resync, at most once a second, and every [`BACKSTOP`] anyway, the stream runs the
 //!   page's query for tasks newer than `top` only, and when their number changed sends
 //!   `{"new": n, "more": bool, "ids": [...], "notice": "..."}`; the page shows "n new
 //!   tasks — show", a link to the first page. New rows are announced, not inserted:
@@ -18,13 +18,14 @@
 //!   the watched set stays the page's rows.
 //!
 //! Like every console stream it counts against the principal's open streams and ends
-//! when the replica shuts down (the browser then reconnects, to any replica).
+//! when the replica shuts down or the viewer's session ends (see `standing`; the
+//! browser then reconnects, to any replica).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::response::sse::Event;
 use futures::{FutureExt, StreamExt};
@@ -39,6 +40,7 @@ use super::layout;
 use super::list::{self, PAGE, Params};
 use super::live::Requery;
 use super::session::Viewer;
+use super::standing::Signed;
 use crate::AppState;
 use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
 use crate::push::streams::StreamPermit;
@@ -50,6 +52,7 @@ pub(super) const BACKSTOP: Duration = Duration::from_secs(15);
 pub(crate) async fn events(
     State(state): State<AppState>,
     viewer: Viewer,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let params = match list::parse(query.as_deref()) {
@@ -114,8 +117,9 @@ pub(crate) async fn events(
             Err(e) => return layout::store_error(e),
         }
     }
+    let standing = Signed::new(&headers, &viewer);
     let source = LiveList {
-        requery: first_page.then(|| Requery::new(&state, BACKSTOP)),
+        requery: first_page.then(|| Requery::new(&state, &viewer.owner.tenant, BACKSTOP)),
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
         state: state.clone(),
         viewer,
@@ -128,7 +132,7 @@ pub(crate) async fn events(
         _watchers: watchers,
         _permit: permit,
     };
-    sse::response(&state, source)
+    sse::response(&state, source, standing)
 }
 
 /// A row's place in the list's order.

@@ -40,6 +40,7 @@ mod schema_form;
 mod script;
 pub(crate) mod session;
 mod signin;
+mod standing;
 mod task;
 mod timeline;
 

@@ -209,7 +209,7 @@ pub(crate) async fn callback(
     uri: Uri,
 ) -> Response {
     let query = Callback::parse(&uri);
-    let flow: Option<Flow> = cookie(&headers, COOKIE)
+    let flow: Option<Flow> = cookie(&state, &headers, COOKIE)
         .and_then(|c| state.state_keys().decrypt(PREFIX, c, 4096))
         .and_then(|json| serde_json::from_slice(&json).ok())
         .filter(|f: &Flow| f.expires_ms > now_ms());

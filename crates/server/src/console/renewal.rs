@@ -22,7 +22,7 @@ use axum::response::Response;
 use oauth2::{RefreshToken, RequestTokenError, TokenResponse};
 use sha2::{Digest, Sha256};
 
-use super::session::{COOKIE, MAX_TOKEN_BYTES, NoViewer, Session, Viewer, now_ms};
+use super::session::{COOKIE, MAX_TOKEN_BYTES, NoViewer, Session, Viewer, cookie_name, now_ms};
 use super::{layout, oauth, signin};
 use crate::AppState;
 use crate::session::context::time_of;
@@ -70,13 +70,23 @@ impl Session {
     }
 }
 
-/// `session` renewed: taken from an earlier renewal that spent the same refresh token,
-/// or by spending it at the token endpoint.
-pub(crate) async fn renew(state: &AppState, session: &Session) -> Result<Session, RenewError> {
+/// `session` (of a request with `headers`) renewed: taken from an earlier renewal that
+/// spent the same refresh token, or by spending it at the token endpoint; never when it
+/// was signed out.
+pub(crate) async fn renew(
+    state: &AppState,
+    headers: &HeaderMap,
+    session: &Session,
+) -> Result<Session, RenewError> {
     let Some(refresh) = session.refresh.as_deref() else {
         return Err(RenewError::Ended("it cannot be renewed".into()));
     };
     let store = |e: mcp_tasks_store::StoreError| RenewError::Store(e.is_unavailable());
+    if let Some(owner) = session.owner(state, headers).await
+        && session.revoked(state, &owner).await.map_err(store)?
+    {
+        return Err(RenewError::Ended("it was signed out".into()));
+    }
     let spent = Sha256::digest(refresh.as_bytes());
     let mut turn = state
         .store()
@@ -151,10 +161,12 @@ pub(crate) async fn middleware(
     mut request: Request,
     next: Next,
 ) -> Response {
-    // Signing in again goes ahead whatever the old session's state.
-    let signing_in = request.uri().path().starts_with("/console/oauth/");
-    let Some(mut current) = Session::from_headers(&state, request.headers())
-        .filter(|s| s.refresh.is_some() && !signing_in)
+    // Signing in again goes ahead whatever the old session's state; signing out ends
+    // the session as it is (spending its refresh token first would be for nothing).
+    let path = request.uri().path();
+    let skip = path.starts_with("/console/oauth/") || path == "/console/signout";
+    let Some(mut current) =
+        Session::from_headers(&state, request.headers()).filter(|s| s.refresh.is_some() && !skip)
     else {
         return next.run(request).await;
     };
@@ -163,7 +175,7 @@ pub(crate) async fn middleware(
         if !current.renewal_due() {
             break;
         }
-        match renew(&state, &current).await {
+        match renew(&state, request.headers(), &current).await {
             Ok(next) => current = next,
             Err(e) => return e.respond(&state),
         }
@@ -172,7 +184,7 @@ pub(crate) async fn middleware(
     let mut viewer = Viewer::with_session(&state, request.headers(), current.clone()).await;
     if !renewed && matches!(viewer, Err(NoViewer::Refused(_))) {
         // Refused before its time (expired early, clocks apart, revoked at the server).
-        match renew(&state, &current).await {
+        match renew(&state, request.headers(), &current).await {
             Ok(next) => current = next,
             Err(e) => return e.respond(&state),
         }
@@ -183,14 +195,15 @@ pub(crate) async fn middleware(
         request.extensions_mut().insert(viewer);
     }
     if renewed {
-        replace_cookie(request.headers_mut(), &current.seal(&state));
+        replace_cookie(&state, request.headers_mut(), &current.seal(&state));
     }
     let mut response = next.run(request).await;
+    let ours = format!("{}=", cookie_name(&state, COOKIE));
     let handler_set_one = response
         .headers()
         .get_all(header::SET_COOKIE)
         .iter()
-        .any(|v| v.as_bytes().starts_with(format!("{COOKIE}=").as_bytes()));
+        .any(|v| v.as_bytes().starts_with(ours.as_bytes()));
     if renewed && !handler_set_one {
         response
             .headers_mut()
@@ -200,18 +213,19 @@ pub(crate) async fn middleware(
 }
 
 /// The request's `Cookie` headers, with the session cookie's value `sealed`.
-fn replace_cookie(headers: &mut HeaderMap, sealed: &str) {
+fn replace_cookie(state: &AppState, headers: &mut HeaderMap, sealed: &str) {
+    let name = cookie_name(state, COOKIE);
     let others: Vec<String> = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|pair| pair.split_once('=').is_some_and(|(k, _)| k != COOKIE))
+        .filter(|pair| pair.split_once('=').is_some_and(|(k, _)| k != name))
         .map(str::to_owned)
         .collect();
     let mut all = others;
-    all.push(format!("{COOKIE}={sealed}"));
+    all.push(format!("{name}={sealed}"));
     if let Ok(value) = HeaderValue::from_str(&all.join("; ")) {
         headers.insert(header::COOKIE, value);
     }

@@ -1,7 +1,8 @@
 //! Who is looking at the console: the session cookie, its CSRF token, and the [`Viewer`]
 //! every page and action is served to.
 //!
-//! Replicas keep nothing, so the session lives in its cookie (`mcp_tasks_console`),
+//! Replicas keep nothing, so the session lives in its cookie (`mcp_tasks_console`, or
+//! `__Host-mcp_tasks_console` where the public scheme is https: see [`cookie_name`]),
 //! encrypted and authenticated (AES-256-GCM, `StateKeys::encrypt`) under the state keys
 //! every replica shares, so any replica opens it and rotation works as for 2025-era
 //! session ids: the bearer token the viewer signed in with (none with `--auth none`), an
@@ -88,7 +89,7 @@ impl Session {
 
     /// The session of a request, when its cookie is one this service sealed and unexpired.
     pub(crate) fn from_headers(state: &AppState, headers: &HeaderMap) -> Option<Self> {
-        Self::open(state, cookie(headers, COOKIE)?)
+        Self::open(state, cookie(state, headers, COOKIE)?)
     }
 
     /// The session `sealed` holds (a cookie's value), when this service sealed it (under
@@ -112,6 +113,46 @@ impl Session {
     /// The session's name among revocations (apart from those of 2025-era sessions).
     pub(crate) fn revocation_name(&self) -> String {
         format!("console.{}", self.nonce)
+    }
+
+    /// The API's own authenticator sees a console request as it came, with the session's
+    /// token as its credentials (and no other).
+    fn credentials(&self, headers: &HeaderMap) -> Result<HeaderMap, NoViewer> {
+        let mut credentials = headers.clone();
+        credentials.remove(header::AUTHORIZATION);
+        credentials.remove(header::COOKIE);
+        if let Some(token) = &self.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| NoViewer::Refused(AuthError::Invalid("malformed token".into())))?;
+            credentials.insert(header::AUTHORIZATION, value);
+        }
+        Ok(credentials)
+    }
+
+    /// Whose the session is, by its token even when that has expired (an OAuth session
+    /// lives on with its refresh token; see `Authenticator::identify_expired`); `None`
+    /// when its token says nothing certain (none at all, or one refused outright).
+    pub(crate) async fn owner(&self, state: &AppState, headers: &HeaderMap) -> Option<Owner> {
+        let credentials = self.credentials(headers).ok()?;
+        match state.auth().identify_expired(&credentials).await {
+            Ok(identity) => Some(identity.owner),
+            Err(e) => {
+                tracing::debug!(reason = %e, "console: the session's token names nobody");
+                None
+            }
+        }
+    }
+
+    /// Whether the session was ended (on whichever replica), by its owner's revocations.
+    pub(crate) async fn revoked(
+        &self,
+        state: &AppState,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
+        state
+            .store()
+            .session_revoked(owner, &self.revocation_name(), time_of(self.issued_ms))
+            .await
     }
 
     /// Ends the session for every replica (sign-out), until it would have expired.
@@ -164,10 +205,13 @@ pub(crate) fn cookie_header(
     max_age: i64,
     same_site: &str,
 ) -> HeaderValue {
-    let secure = if settings(state).is_some_and(|c| c.secure_cookies) {
-        "; Secure"
+    let secure = secure(state);
+    let name = cookie_name(state, name);
+    // A `__Host-` cookie must be `Secure`, for path `/`, and name no domain.
+    let (path, secure) = if secure {
+        ("/", "; Secure")
     } else {
-        ""
+        (path, "")
     };
     let text = format!(
         "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite={same_site}{secure}"
@@ -176,16 +220,42 @@ pub(crate) fn cookie_header(
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid=1"))
 }
 
-/// The value of cookie `name` in the request's `Cookie` headers.
-pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
+/// Whether the console's cookies are `Secure` (the public scheme is https).
+fn secure(state: &AppState) -> bool {
+    settings(state).is_some_and(|c| c.secure_cookies)
+}
+
+/// The name cookie `base` goes by. With `Secure` cookies, `__Host-` prefixed: a browser
+/// then takes it only from this very host, over https, for path `/`, so a sibling
+/// subdomain (which may set cookies for the whole parent domain) cannot toss in one of
+/// that name.
+pub(crate) fn cookie_name(state: &AppState, base: &str) -> String {
+    if secure(state) {
+        format!("__Host-{base}")
+    } else {
+        base.to_owned()
+    }
+}
+
+/// The value of cookie `base` (by [`cookie_name`]) in the request's `Cookie` headers,
+/// when it comes exactly once. Two of one name mean one was tossed in by another party
+/// (a sibling subdomain, a path of its own choosing, to come first): neither is taken.
+pub(crate) fn cookie<'a>(state: &AppState, headers: &'a HeaderMap, base: &str) -> Option<&'a str> {
+    let name = cookie_name(state, base);
+    let mut found = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+        .filter(|(k, _)| *k == name)
+        .map(|(_, v)| v);
+    let first = found.next()?;
+    if found.next().is_some() {
+        tracing::info!(cookie = %name, "console: a cookie came twice; neither is taken");
+        return None;
+    }
+    Some(first)
 }
 
 /// Whoever a console page is served to: signed in (or, with an authenticator that needs
@@ -198,6 +268,9 @@ pub(crate) struct Viewer {
     pub(crate) is_admin: bool,
     pub(crate) session: Session,
     pub(crate) csrf: String,
+    /// When the viewer's credentials expire: the token's `exp` or the session's own
+    /// expiry, whichever comes first (a live stream ends then).
+    pub(crate) expires: Option<std::time::SystemTime>,
 }
 
 impl Viewer {
@@ -236,19 +309,28 @@ impl Viewer {
         headers: &HeaderMap,
         session: Session,
     ) -> Result<Self, NoViewer> {
-        // The API's own authenticator sees the request as it came, with the session's
-        // token as its credentials (and no other).
-        let mut credentials = headers.clone();
-        credentials.remove(header::AUTHORIZATION);
-        credentials.remove(header::COOKIE);
-        if let Some(token) = &session.token {
-            let value = HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| NoViewer::Refused(AuthError::Invalid("malformed token".into())))?;
-            credentials.insert(header::AUTHORIZATION, value);
-        }
+        Self::check(state, headers, session, true).await
+    }
+
+    /// [`Viewer::with_session`] again for a live stream's check: the same verification,
+    /// but no request is counted against the rate limit.
+    pub(crate) async fn again(
+        state: &AppState,
+        headers: &HeaderMap,
+        session: Session,
+    ) -> Result<Self, NoViewer> {
+        Self::check(state, headers, session, false).await
+    }
+
+    async fn check(
+        state: &AppState,
+        headers: &HeaderMap,
+        session: Session,
+        count: bool,
+    ) -> Result<Self, NoViewer> {
         let identity = state
             .auth()
-            .identify(&credentials)
+            .identify(&session.credentials(headers)?)
             .await
             .map_err(NoViewer::Refused)?;
         let is_admin = match (
@@ -258,7 +340,8 @@ impl Viewer {
             (Some(claim), Some(claims)) => claim.holds(claims),
             _ => false,
         };
-        if let Some(limiter) = state.rate_limiter()
+        if count
+            && let Some(limiter) = state.rate_limiter()
             && limiter
                 .check(&identity.owner, std::time::Instant::now())
                 .is_err()
@@ -266,24 +349,24 @@ impl Viewer {
             return Err(NoViewer::RateLimited);
         }
         // Signed out (on whichever replica): the session is over even if its token is not.
-        let revoked = state
-            .store()
-            .session_revoked(
-                &identity.owner,
-                &session.revocation_name(),
-                time_of(session.issued_ms),
-            )
+        let revoked = session
+            .revoked(state, &identity.owner)
             .await
             .map_err(|e| NoViewer::Store(e.is_unavailable()))?;
         if revoked {
             return Err(NoViewer::SignedOut);
         }
         let csrf = session.csrf(state);
+        let expires = crate::sse::sooner(
+            crate::sse::expiry(identity.claims.as_ref()),
+            Some(time_of(session.expires_ms).into()),
+        );
         Ok(Self {
             owner: identity.owner,
             is_admin,
             session,
             csrf,
+            expires,
         })
     }
 

@@ -137,12 +137,18 @@ pub(crate) async fn signout(
             "this form has no valid CSRF token; reload the page and try again",
         );
     }
-    // Ended for every replica, when the session still has a viewer to end it for (one
-    // whose token has expired is over already).
-    if let Ok(viewer) = Viewer::with_session(&state, &headers, session.clone()).await
-        && let Err(e) = session.revoke(&state, &viewer.owner).await
-    {
-        return layout::store_error(e);
+    // Ended for every replica, by the cookie's own session, whoever its token names
+    // (expired or not; whatever the rate limit or the session's state): a copy of the
+    // cookie elsewhere must not live on, nor renew itself with its refresh token.
+    match session.owner(&state, &headers).await {
+        Some(owner) => {
+            if let Err(e) = session.revoke(&state, &owner).await {
+                return layout::store_error(e);
+            }
+            tracing::info!(tenant = %owner.tenant, principal = %owner.principal, "console: signed out");
+        }
+        // No token that names anyone (never signed in): nothing it could open.
+        None => tracing::debug!("console: signed out a session that names nobody"),
     }
     super::oauth::revoke_at_server(&state, &session).await;
     let mut response = Redirect::to("/console/signin").into_response();

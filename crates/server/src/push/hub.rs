@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mcp_tasks_store::{
-    Event, EventKind, EventsConfig, Owner, Store, StoreError, TaskId, TaskRecord,
+    Event, EventKind, EventsConfig, Owner, Store, StoreError, TaskId, TaskRecord, Tenants,
 };
 use mcp_tasks_wire::TaskStatus;
 use serde_json::{Map, Value};
@@ -102,11 +102,13 @@ struct Inner {
     entries: Mutex<HashMap<TaskId, Entry>>,
     dirty: Mutex<HashSet<TaskId>>,
     dirty_ready: Notify,
-    /// Counts the "something may be claimable" wake-ups heard (a task was created,
+    /// Per tenant with console streams on this replica, counts the "something may be
+    /// claimable" wake-ups heard that may concern it (a task of the tenant was created,
     /// resumed or released) and the resyncs, when the hub listens for them (the console
     /// is on). The console's lists re-run their query when it moves; a `watch` folds any
-    /// number of moves into one for a stream that has not looked yet.
-    runnable: watch::Sender<u64>,
+    /// number of moves into one for a stream that has not looked yet. A tenant's entry
+    /// goes once no stream holds a receiver of it.
+    runnable: Mutex<HashMap<String, (Tenants, watch::Sender<u64>)>>,
     hear_runnable: bool,
 }
 
@@ -127,6 +129,18 @@ impl Inner {
     /// Whether this replica watches task `id` and has a version older than `version`.
     fn is_older(&self, id: TaskId, version: i64) -> bool {
         self.entries().get(&id).is_some_and(|e| e.version < version)
+    }
+
+    /// Moves the wake-up counts of the tenants `woken` may include, and forgets tenants
+    /// nobody follows any more.
+    fn wake(&self, woken: Tenants) {
+        let mut runnable = self.runnable.lock().unwrap_or_else(|e| e.into_inner());
+        runnable.retain(|_, (_, tx)| tx.receiver_count() > 0);
+        for (tenant, tx) in runnable.values() {
+            if woken.may_include(*tenant) {
+                tx.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
     }
 
     fn keys(&self) -> Vec<(Owner, TaskId)> {
@@ -218,7 +232,7 @@ impl Hub {
             entries: Mutex::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
             dirty_ready: Notify::new(),
-            runnable: watch::Sender::new(0),
+            runnable: Mutex::new(HashMap::new()),
             hear_runnable,
         });
         tasks.spawn(listen_loop(inner.clone(), shutdown.clone()));
@@ -227,12 +241,22 @@ impl Hub {
         Self { inner }
     }
 
-    /// Moves on every wake-up of the workers heard from any replica (a task was created,
-    /// resumed or released: the coalesced `mcp_tasks_runnable`, see
-    /// `mcp_tasks_store::Waker`) and on every resync, so a console list can re-read what
-    /// may have appeared. Never moves unless the hub was started with `hear_runnable`.
-    pub(crate) fn runnable(&self) -> watch::Receiver<u64> {
-        self.inner.runnable.subscribe()
+    /// Moves on every wake-up of the workers heard from any replica that may concern
+    /// `tenant` (a task of it was created, resumed or released: the coalesced
+    /// `mcp_tasks_runnable`, see `mcp_tasks_store::Waker`) and on every resync, so a
+    /// console list of that tenant can re-read what may have appeared; a wake-up of other
+    /// tenants leaves it be. Never moves unless the hub was started with `hear_runnable`.
+    pub(crate) fn runnable(&self, tenant: &str) -> watch::Receiver<u64> {
+        let mut runnable = self
+            .inner
+            .runnable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        runnable
+            .entry(tenant.to_owned())
+            .or_insert_with(|| (Tenants::of(tenant), watch::Sender::new(0)))
+            .1
+            .subscribe()
     }
 
     /// Subscribes to tasks of `owner`. Ids that are not this owner's tasks are left out
@@ -352,9 +376,9 @@ async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
                     "push: resynchronising; re-reading watched tasks"
                 );
                 inner.mark_dirty(watched);
-                inner.runnable.send_modify(|n| *n = n.wrapping_add(1));
+                inner.wake(Tenants::ALL);
             }
-            Event::Runnable => inner.runnable.send_modify(|n| *n = n.wrapping_add(1)),
+            Event::Runnable(tenants) => inner.wake(tenants),
             Event::CancelRequested(_) => {}
         }
     }

@@ -3,19 +3,22 @@
 //! The stream sends the acknowledgement first (what the server agreed to: the caller's own
 //! task ids, nothing else), then the current snapshot of each task, then one
 //! `notifications/tasks` per change, each equal to what `tasks/get` shows at that moment.
-//! It ends with the listen result when every task is terminal or the replica shuts down.
-//! A client that cannot keep up sees only the latest snapshot of each task.
+//! It ends with the listen result when every task is terminal, when the replica shuts
+//! down, and when the shell ends it (the caller's token expired or is refused now, or the
+//! stream reached its maximum lifetime: see `sse`), so the client listens again with
+//! what it holds then. A client that cannot keep up sees only the latest snapshot of
+//! each task.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use axum::http::StatusCode;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::response::sse::Event;
 use futures::stream::{BoxStream, SelectAll, StreamExt};
 use mcp_tasks_store::{Owner, TaskId};
 use mcp_tasks_wire::jsonrpc::Response as RpcResponse;
 use mcp_tasks_wire::listen as wire_listen;
-use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta, codes};
+use mcp_tasks_wire::{ErrorObject, RequestId, RequestMeta};
 use serde_json::{Map, Value};
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
@@ -23,12 +26,13 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::AppState;
 use crate::error::RpcError;
 use crate::push::hub::{Snapshot, Watcher};
-use crate::push::streams::StreamPermit;
-use crate::sse::{self, EventSource, frame};
+use crate::push::streams::{self, StreamPermit};
+use crate::sse::{self, Bearer, End, EventSource, frame};
 
 pub(crate) async fn listen(
     state: &AppState,
     owner: &Owner,
+    headers: &HeaderMap,
     meta: &RequestMeta,
     id: &RequestId,
     params: &Map<String, Value>,
@@ -60,22 +64,11 @@ pub(crate) async fn listen(
             "params.notifications.taskIds lists more than {limit} tasks; open several streams or list fewer"
         )));
     }
-    let Some(permit) = state
-        .streams()
-        .try_open(owner, state.config().max_streams_per_principal)
-    else {
-        return Err(RpcError {
-            error: ErrorObject::new(
-                codes::INVALID_REQUEST,
-                format!(
-                    "Too many open subscription streams for this principal (limit {}); close one first",
-                    state.config().max_streams_per_principal
-                ),
-            ),
-            status: StatusCode::TOO_MANY_REQUESTS,
-            retry_after: Some(1),
-        });
-    };
+    let permit = streams::permit(
+        state.streams(),
+        owner,
+        state.config().max_streams_per_principal,
+    )?;
 
     // Malformed ids are dropped like unknown ones: the ack lists what was accepted.
     let mut seen = HashSet::new();
@@ -102,7 +95,7 @@ pub(crate) async fn listen(
     let end = RpcResponse::result(id.clone(), Value::Object(result)).to_json();
 
     let body = ListenStream::new(watchers, sub_id, ack, end, state.shutdown().clone(), permit);
-    Ok(sse::response(state, body))
+    Ok(sse::response(state, body, Bearer::new(headers, owner)))
 }
 
 struct ListenStream {
@@ -150,6 +143,11 @@ impl ListenStream {
 }
 
 impl EventSource for ListenStream {
+    /// The graceful close, as when every task is terminal.
+    fn closing(&mut self, _end: End) -> Option<Event> {
+        self.end.take().map(|end| frame(&end))
+    }
+
     async fn next_event(&mut self) -> Option<Event> {
         loop {
             if let Some(event) = self.pending.pop_front() {

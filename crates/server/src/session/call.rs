@@ -18,10 +18,11 @@ use serde_json::{Map, Value, json};
 
 use super::context::{Session, progress_token};
 use super::shapes;
-use super::stream::{self, Purpose};
+use super::stream::{self, Opener, Purpose};
 use crate::AppState;
 use crate::error::RpcError;
 use crate::params::{idempotency_key, string_param};
+use crate::push::streams;
 use crate::reply::Reply;
 use crate::tools_call::{self, Started};
 use crate::trace;
@@ -69,6 +70,17 @@ pub(crate) async fn call(
         _ => {}
     }
 
+    // A task-optional tool not run as a task is answered on a stream: its place among
+    // the principal's open streams is taken before any task exists.
+    let permit = if tool.policy == ExecutionPolicy::TaskOptional && !as_task {
+        Some(streams::permit(
+            state.streams(),
+            owner,
+            state.config().max_streams_per_principal,
+        )?)
+    } else {
+        None
+    };
     let mut meta = session.meta(&params);
     if as_task {
         // The client asked for a task: to the shared path that is what declaring the
@@ -108,8 +120,21 @@ pub(crate) async fn call(
                 progress_token: progress_token(&params),
                 retryable,
             };
+            let permit = match permit {
+                Some(permit) => permit,
+                None => streams::permit(
+                    state.streams(),
+                    owner,
+                    state.config().max_streams_per_principal,
+                )?,
+            };
+            let opener = Opener {
+                owner,
+                headers,
+                session,
+            };
             let response =
-                stream::open(state, owner, session, request.id, task.id, purpose).await?;
+                stream::open(state, opener, permit, request.id, task.id, purpose).await?;
             Ok(Reply::Stream(response))
         }
     }

@@ -101,7 +101,7 @@ where
         "ping" => Ok(Reply::Result(json!({}))),
         "tools/call" => call::call(state, owner, headers, &session, request).await,
         m if m.starts_with("tasks/") && m != "tasks/update" && session.revision.has_tasks() => {
-            tasks::handle(state, owner, &session, request).await
+            tasks::handle(state, owner, headers, &session, request).await
         }
         m if NOT_IN_SESSIONS.contains(&m) => {
             Err(RpcError::method(ErrorObject::method_not_found(m)))

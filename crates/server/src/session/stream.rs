@@ -10,9 +10,17 @@
 //!   whose id is signed and names the task and the input key, so the client's response
 //!   can be applied by whichever replica it reaches;
 //! - at last, the response: the tool's result or the task's error.
+//!
+//! A stream counts against the principal's open streams on this replica, like a listen
+//! stream, and rests on the session and the credentials it was opened with: the shell
+//! (`sse`) ends it with an error response once the token expires or is refused, once the
+//! session is ended (`DELETE`, on any replica), and at the replica's maximum stream
+//! lifetime; for a call, as if the client had gone (the task is cancelled unless the
+//! call carried an `Idempotency-Key` and may be made again).
 
 use std::collections::{HashSet, VecDeque};
 
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::response::sse::Event;
 use mcp_tasks_store::{Owner, TaskId};
@@ -21,15 +29,16 @@ use mcp_tasks_wire::{ErrorObject, RequestId, TaskStatus, codes};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::context::Session;
+use super::context::{Session, time_of};
 use super::revision::Revision;
 use super::shapes;
 use super::token::InputRequestId;
 use crate::AppState;
 use crate::error::RpcError;
 use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
+use crate::push::streams::StreamPermit;
 use crate::request_state::owner_digest;
-use crate::sse::{self, EventSource, frame};
+use crate::sse::{self, Bearer, Checked, End, EventSource, Standing, frame};
 use crate::tools_call::CancelOnDrop;
 
 /// What the stream answers.
@@ -44,15 +53,29 @@ pub(crate) enum Purpose {
     TaskResult,
 }
 
-/// Opens the stream: subscribes to the task and answers with `text/event-stream`.
+/// The request that opens a stream: who sent it, with which credentials, in which
+/// session.
+pub(crate) struct Opener<'a> {
+    pub(crate) owner: &'a Owner,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) session: &'a Session,
+}
+
+/// Opens the stream (`permit` is its place among the principal's open streams):
+/// subscribes to the task and answers with `text/event-stream`.
 pub(crate) async fn open(
     state: &AppState,
-    owner: &Owner,
-    session: &Session,
+    opener: Opener<'_>,
+    permit: StreamPermit,
     request_id: RequestId,
     task: TaskId,
     purpose: Purpose,
 ) -> Result<Response, RpcError> {
+    let Opener {
+        owner,
+        headers,
+        session,
+    } = opener;
     let guard = match &purpose {
         Purpose::Call { retryable, .. } => Some(CancelOnDrop::new(state, owner, task, !retryable)),
         Purpose::TaskResult => None,
@@ -81,8 +104,45 @@ pub(crate) async fn open(
         done: false,
         shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
         drain_deadline: None,
+        _permit: permit,
     };
-    Ok(sse::response(state, body))
+    let standing = InSession {
+        bearer: Bearer::new(headers, owner),
+        owner: owner.clone(),
+        session: session.clone(),
+    };
+    Ok(sse::response(state, body, standing))
+}
+
+/// A stream's standing in its session: the credentials verify as the session's owner,
+/// and the session has neither expired nor been ended.
+struct InSession {
+    bearer: Bearer,
+    owner: Owner,
+    session: Session,
+}
+
+impl Standing for InSession {
+    async fn check(&mut self, state: &AppState) -> Checked {
+        let Checked::Good { expires } = self.bearer.verify(state).await else {
+            return Checked::Ended(End::Expired);
+        };
+        let token = &self.session.token;
+        match state
+            .store()
+            .session_revoked(&self.owner, &token.nonce, time_of(token.issued_ms))
+            .await
+        {
+            Ok(true) => Checked::Ended(End::Revoked),
+            Ok(false) => Checked::Good {
+                expires: sse::sooner(expires, Some(time_of(token.expires_ms).into())),
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "session stream: could not check the session");
+                Checked::Unknown
+            }
+        }
+    }
 }
 
 struct WaitStream {
@@ -104,9 +164,32 @@ struct WaitStream {
     done: bool,
     shutdown: std::pin::Pin<Box<WaitForCancellationFutureOwned>>,
     drain_deadline: Option<tokio::time::Instant>,
+    _permit: StreamPermit,
 }
 
 impl EventSource for WaitStream {
+    /// The response, an error saying why the stream ended (what was queued behind it is
+    /// not sent: the client is to ask again).
+    fn closing(&mut self, end: End) -> Option<Event> {
+        let error = match end {
+            End::Lifetime => ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "This response stream reached the server's maximum stream lifetime; send the request again",
+            ),
+            End::Revoked => ErrorObject::new(
+                codes::INVALID_REQUEST,
+                "The session was ended; initialize a new one and send the request again",
+            ),
+            End::Expired | End::Demoted => ErrorObject::new(
+                codes::INVALID_REQUEST,
+                "The credentials of this request expired or are no longer accepted; send it again with fresh ones",
+            ),
+        };
+        self.pending.clear();
+        self.end(Err(error));
+        self.pending.pop_front()
+    }
+
     async fn next_event(&mut self) -> Option<Event> {
         loop {
             if let Some(event) = self.pending.pop_front() {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use mcp_tasks_store::{CancelOutcome, ListCursor, Owner, TaskId};
@@ -14,11 +15,12 @@ use time::OffsetDateTime;
 
 use super::context::Session;
 use super::shapes;
-use super::stream::{self, Purpose};
+use super::stream::{self, Opener, Purpose};
 use crate::AppState;
 use crate::error::RpcError;
 use crate::params::{found, parse_task_id, string_param};
 use crate::push::hub::Snapshot;
+use crate::push::streams;
 use crate::reply::Reply;
 
 /// Tasks per `tasks/list` page.
@@ -30,6 +32,7 @@ const CANCEL_WAIT: Duration = Duration::from_secs(10);
 pub(crate) async fn handle(
     state: &AppState,
     owner: &Owner,
+    headers: &HeaderMap,
     session: &Session,
     request: Request,
 ) -> Result<Reply, RpcError> {
@@ -50,8 +53,18 @@ pub(crate) async fn handle(
                 Some(Ok(result)) => Ok(reply(shapes::with_related_task(result, &id.to_string()))),
                 Some(Err(error)) => Err(RpcError::method(error)),
                 None => {
+                    let permit = streams::permit(
+                        state.streams(),
+                        owner,
+                        state.config().max_streams_per_principal,
+                    )?;
+                    let opener = Opener {
+                        owner,
+                        headers,
+                        session,
+                    };
                     let response =
-                        stream::open(state, owner, session, request.id, id, Purpose::TaskResult)
+                        stream::open(state, opener, permit, request.id, id, Purpose::TaskResult)
                             .await?;
                     Ok(Reply::Stream(response))
                 }
