@@ -72,17 +72,14 @@ mode = "sync-only"
         "second's victim"
     );
 
-    // `first` grows a tool of `second`'s name, one of a built-in tool's name, and a new
-    // one; its list is read again.
+    // `first` grows a tool of `second`'s name, one of a built-in tool's name, and then a
+    // new one: once that shows, its list has been read with all three.
     call("grow", json!({"name": "s_victim"})).await;
     call("grow", json!({"name": "generate_report"})).await;
     call("grow", json!({"name": "fresh"})).await;
-    let report = eventually(Duration::from_secs(30), "the changed list read", || async {
+    eventually(Duration::from_secs(30), "the changed list read", || async {
         let tools = client.list_tools().await.ok()?;
-        tools.iter().any(|t| t["name"] == "fresh").then_some(())?;
-        let ready = readyz(&fleet).await?;
-        let first = upstream(&ready, "first")?.clone();
-        (first["refused"].as_array()?.len() == 2).then_some(first)
+        tools.iter().any(|t| t["name"] == "fresh").then_some(())
     })
     .await;
     assert_eq!(text_of(&call("fresh", json!({})).await), "first's fresh");
@@ -104,6 +101,8 @@ mode = "sync-only"
             .contains("who serves"),
         "the built-in tool, not first's: {report_tool}"
     );
+    let ready = readyz(&fleet).await.expect("/readyz");
+    let report = upstream(&ready, "first").expect("first").clone();
     let refused = report["refused"].as_array().expect("refused");
     let reason = |tool: &str| {
         refused
