@@ -415,7 +415,7 @@ async fn connect(
             env,
             inherit_env,
         } => {
-            let env = crate::stdio::environment(std::env::vars(), inherit_env, env);
+            let env = crate::stdio::environment(std::env::vars_os(), inherit_env, env);
             let (transport, stderr) =
                 crate::stdio::spawn(&config.name, command, &env, config.max_result_bytes)
                     .map_err(|e| format!("cannot start {:?}: {e}", command[0]))?;

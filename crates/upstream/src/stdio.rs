@@ -11,6 +11,7 @@
 //! - **Log** (stderr): relayed line by line at debug, each cut at [`MAX_STDERR_LINE`].
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -39,17 +40,21 @@ pub(crate) struct ChildTransport {
     _pump: AbortOnDropHandle<()>,
 }
 
-/// The child's environment: what it inherits of `ours`, then `env`.
+/// The child's environment: what it inherits of `ours`, then `env`. A variable of ours
+/// whose name is not Unicode is none of the names we pass on; its value may be anything.
 pub(crate) fn environment(
-    ours: impl IntoIterator<Item = (String, String)>,
+    ours: impl IntoIterator<Item = (OsString, OsString)>,
     inherit: &[String],
     env: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    let mut out: BTreeMap<String, String> = ours
+) -> BTreeMap<OsString, OsString> {
+    let mut out: BTreeMap<OsString, OsString> = ours
         .into_iter()
-        .filter(|(k, _)| INHERITED_ENV.contains(&k.as_str()) || inherit.contains(k))
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| INHERITED_ENV.contains(&k) || inherit.iter().any(|i| i == k))
+        })
         .collect();
-    out.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    out.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
     out
 }
 
@@ -57,7 +62,7 @@ pub(crate) fn environment(
 pub(crate) fn spawn(
     name: &str,
     command: &[String],
-    env: &BTreeMap<String, String>,
+    env: &BTreeMap<OsString, OsString>,
     max_result_bytes: usize,
 ) -> std::io::Result<(ChildTransport, Option<ChildStderr>)> {
     let program = command
@@ -429,10 +434,10 @@ mod tests {
             ("EXTRA", "e"),
             ("OTHER", "o"),
         ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
         let env = BTreeMap::from([("GIVEN".to_owned(), "g".to_owned())]);
         let out = environment(ours, &["EXTRA".to_owned()], &env);
-        let names: Vec<&str> = out.keys().map(String::as_str).collect();
+        let names: Vec<&str> = out.keys().filter_map(|k| k.to_str()).collect();
         assert_eq!(names, ["EXTRA", "GIVEN", "PATH"]);
     }
 }
