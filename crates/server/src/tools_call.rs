@@ -256,6 +256,7 @@ async fn run_here(
         .responses(answers.clone())
         .trace_context(trace_context)
         .client_capabilities(meta.client_capabilities.clone())
+        .owner(&owner.tenant, &owner.principal)
         .cancellation(cancel.clone())
         .build();
     // Its own task, so a panicking handler costs one error response, not the replica.

@@ -90,6 +90,7 @@ struct Inner {
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
     client_capabilities: Option<ClientCapabilities>,
+    owner: Option<String>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -114,6 +115,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             sink: Arc::new(NoopSink),
             client_capabilities: None,
+            owner: None,
         }
     }
 
@@ -163,6 +165,14 @@ impl ToolContext {
     /// The checkpoint saved by an earlier run of this task, if any.
     pub fn checkpoint(&self) -> Option<&Value> {
         self.inner.checkpoint.as_ref()
+    }
+
+    /// Whom the run is for: an opaque key, equal for two runs exactly when they run for
+    /// the same tenant and principal (`None` when the caller did not say). A handler that
+    /// shares a resource between runs (an upstream connection) keeps what it hears for
+    /// one owner from reaching another.
+    pub fn owner(&self) -> Option<&str> {
+        self.inner.owner.as_deref()
     }
 
     /// The task id, when running as a task.
@@ -272,9 +282,17 @@ pub struct ToolContextBuilder {
     cancel: CancellationToken,
     sink: Arc<dyn TaskSink>,
     client_capabilities: Option<ClientCapabilities>,
+    owner: Option<String>,
 }
 
 impl ToolContextBuilder {
+    /// The tenant and principal the run is for (see [`ToolContext::owner`]).
+    pub fn owner(mut self, tenant: &str, principal: &str) -> Self {
+        // Length-prefixed, so no two (tenant, principal) pairs make the same key.
+        self.owner = Some(format!("{}:{tenant}{principal}", tenant.len()));
+        self
+    }
+
     pub fn client_capabilities(mut self, capabilities: ClientCapabilities) -> Self {
         self.client_capabilities = Some(capabilities);
         self
@@ -327,6 +345,7 @@ impl ToolContextBuilder {
                 cancel: self.cancel,
                 sink: self.sink,
                 client_capabilities: self.client_capabilities,
+                owner: self.owner,
             }),
         }
     }

@@ -1,8 +1,14 @@
 //! Every upstream of a process, and the merged tool set: the built-in tools first, then
 //! each upstream's (in configuration order, each sorted by name), rebuilt whenever an
 //! upstream connects, drops, or changes its list.
+//!
+//! A name belongs to the source that exposed it first: a built-in tool's for good, an
+//! upstream's for as long as its last list has it (unreachable or not). A list read again
+//! (`notifications/tools/list_changed`, a reconnect) can add names but never take one
+//! over: a clashing tool is refused, logged and reported in `/readyz`, and the old owner
+//! keeps it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,20 +59,50 @@ pub enum StartError {
     },
 }
 
+/// Most tools we take from one upstream; the rest of its list is left out (and reported).
+pub(crate) const MAX_TOOLS: usize = 1000;
+
+/// Most `tools/list` pages we read in one discovery.
+const MAX_PAGES: usize = 100;
+
 /// What one upstream currently contributes.
 #[derive(Default)]
 struct Listed {
     reachable: bool,
+    /// Its last list that was read (kept while it is unreachable: its names stay its).
     tools: Vec<Tool>,
     /// Discovery has finished at least once (or failed).
     tried: bool,
+    /// Tools its list had beyond [`MAX_TOOLS`] (at least; we stop reading there).
+    left_out: usize,
+    /// Tools of its list refused (name, why): the name is another source's.
+    refused: Vec<(String, String)>,
+}
+
+#[derive(Default)]
+struct State {
+    listed: BTreeMap<String, Listed>,
+    /// Which upstream each exposed name belongs to.
+    owners: HashMap<String, String>,
+}
+
+/// What discovery found.
+enum Update {
+    /// Not connected.
+    Unreachable,
+    /// Connected, but `tools/list` failed.
+    ListFailed,
+    Listed {
+        tools: Vec<Tool>,
+        left_out: usize,
+    },
 }
 
 struct Shared {
     /// The process's own tools and catalog (packs, an `App`'s tools).
     builtin: Registry,
     conns: Vec<Arc<Connection>>,
-    listed: Mutex<BTreeMap<String, Listed>>,
+    listed: Mutex<State>,
     registry: watch::Sender<Registry>,
     /// After start-up a clash only leaves the later tool out (logged), never stops us.
     started: std::sync::atomic::AtomicBool,
@@ -99,12 +135,13 @@ impl Upstreams {
             config.upstreams.into_iter().map(Connection::new).collect();
         let shared = Arc::new(Shared {
             builtin,
-            listed: Mutex::new(
-                conns
+            listed: Mutex::new(State {
+                listed: conns
                     .iter()
                     .map(|c| (c.name().to_owned(), Listed::default()))
                     .collect(),
-            ),
+                owners: HashMap::new(),
+            }),
             conns,
             registry: watch::channel(registry).0,
             started: false.into(),
@@ -162,37 +199,48 @@ impl Upstreams {
 impl Shared {
     /// Every upstream has listed its tools, or failed to connect at least once.
     fn all_tried(&self) -> bool {
-        let Ok(listed) = self.listed.lock() else {
+        let Ok(state) = self.listed.lock() else {
             return true;
         };
         self.conns
             .iter()
-            .all(|c| listed.get(c.name()).is_some_and(|l| l.tried) || c.last_error().is_some())
+            .all(|c| state.listed.get(c.name()).is_some_and(|l| l.tried) || c.has_failed())
     }
 
     fn is_reachable(&self, name: &str) -> bool {
         self.listed
             .lock()
-            .map(|l| l.get(name).is_some_and(|x| x.reachable))
+            .map(|s| s.listed.get(name).is_some_and(|x| x.reachable))
             .unwrap_or(false)
     }
 
     fn report(&self) -> Value {
-        let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.listed.lock().unwrap_or_else(|e| e.into_inner());
         Value::Array(
             self.conns
                 .iter()
                 .map(|c| {
-                    let l = listed.get(c.name());
+                    let l = state.listed.get(c.name());
+                    let reachable = l.is_some_and(|l| l.reachable);
+                    let exposed = l.map_or(0, |l| l.tools.len().saturating_sub(l.refused.len()));
                     let mut entry = json!({
                         "name": c.name(),
-                        "reachable": l.is_some_and(|l| l.reachable),
-                        "tools": l.map_or(0, |l| l.tools.len()),
+                        "reachable": reachable,
+                        "tools": if reachable { exposed } else { 0 },
                     });
-                    if !l.is_some_and(|l| l.reachable)
-                        && let Some(e) = c.last_error()
-                    {
+                    if !reachable && let Some(e) = c.last_error() {
                         entry["error"] = json!(e);
+                    }
+                    if let Some(l) = l.filter(|l| !l.refused.is_empty()) {
+                        entry["refused"] = l
+                            .refused
+                            .iter()
+                            .take(20)
+                            .map(|(tool, why)| json!({ "tool": tool, "reason": why }))
+                            .collect();
+                    }
+                    if let Some(l) = l.filter(|l| l.left_out > 0) {
+                        entry["tools_left_out"] = json!(l.left_out);
                     }
                     entry
                 })
@@ -202,7 +250,8 @@ impl Shared {
 
     /// The first clash between two sources, named by both.
     fn check_duplicates(&self) -> Result<(), StartError> {
-        let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let listed = &state.listed;
         let mut seen: BTreeMap<&str, String> = self
             .builtin
             .tools()
@@ -227,23 +276,54 @@ impl Shared {
         if !self.started.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let State { listed, owners } = &mut *state;
+        let builtin: HashSet<&str> = self.builtin.tools().map(|t| t.name.as_str()).collect();
+        // A name its owner no longer lists is free again.
+        owners.retain(|name, owner| {
+            listed
+                .get(owner.as_str())
+                .is_some_and(|l| l.tools.iter().any(|t| t.name == *name))
+        });
         let mut tools = Vec::new();
-        let mut names: std::collections::HashSet<String> =
-            self.builtin.tools().map(|t| t.name.clone()).collect();
         for conn in &self.conns {
-            let Some(l) = listed.get(conn.name()).filter(|l| l.reachable) else {
+            let here = conn.name();
+            let Some(l) = listed.get_mut(here) else {
                 continue;
             };
+            let mut seen = HashSet::new();
+            let mut refused = Vec::new();
             for tool in &l.tools {
-                if names.insert(tool.name.clone()) {
-                    tools.push(tool.clone());
+                let why = if builtin.contains(tool.name.as_str()) {
+                    Some("a built-in tool has this name".to_owned())
+                } else if !seen.insert(tool.name.as_str()) {
+                    Some("listed twice".to_owned())
                 } else {
-                    tracing::error!(upstream = %conn.name(), tool = %tool.name, "tool name already taken by another source; left out");
+                    match owners.get(&tool.name) {
+                        Some(owner) if owner != here => {
+                            Some(format!("upstream {owner:?} exposes this name"))
+                        }
+                        Some(_) => None,
+                        None => {
+                            owners.insert(tool.name.clone(), here.to_owned());
+                            None
+                        }
+                    }
+                };
+                match why {
+                    Some(why) => refused.push((tool.name.clone(), why)),
+                    None if l.reachable => tools.push(tool.clone()),
+                    None => {}
                 }
             }
+            for (tool, why) in &refused {
+                if !l.refused.iter().any(|(t, _)| t == tool) {
+                    tracing::warn!(upstream = %here, %tool, reason = %why, "upstream tool refused: its name is taken; the earlier one stays");
+                }
+            }
+            l.refused = refused;
         }
-        drop(listed);
+        drop(state);
         match self.builtin.extended(tools) {
             Ok(r) => {
                 self.registry.send_replace(r);
@@ -254,14 +334,21 @@ impl Shared {
         }
     }
 
-    /// `tools`: a list just read (`None`: unreachable, or not connected yet).
-    fn set(&self, name: &str, reachable: bool, tools: Option<Vec<Tool>>) {
-        if let Ok(mut listed) = self.listed.lock() {
-            let l = listed.entry(name.to_owned()).or_default();
-            l.reachable = reachable;
-            l.tried |= tools.is_some() || reachable;
-            if let Some(tools) = tools {
-                l.tools = tools;
+    fn set(&self, name: &str, update: Update) {
+        if let Ok(mut state) = self.listed.lock() {
+            let l = state.listed.entry(name.to_owned()).or_default();
+            match update {
+                Update::Unreachable => l.reachable = false,
+                Update::ListFailed => {
+                    l.reachable = false;
+                    l.tried = true;
+                }
+                Update::Listed { tools, left_out } => {
+                    l.reachable = true;
+                    l.tried = true;
+                    l.tools = tools;
+                    l.left_out = left_out;
+                }
             }
         }
         self.rebuild();
@@ -280,17 +367,20 @@ async fn discover(
     loop {
         let peer = peers.borrow_and_update().clone();
         match peer {
-            None => shared.set(conn.name(), false, None),
-            Some(peer) => match peer.list_all_tools().await {
-                Ok(listed) => {
+            None => shared.set(conn.name(), Update::Unreachable),
+            Some(peer) => match list(&conn, &peer).await {
+                Ok((listed, left_out)) => {
                     let tools = build(&conn, listed);
                     tracing::info!(upstream = %conn.name(), tools = tools.len(), "upstream tools listed");
-                    shared.set(conn.name(), true, Some(tools));
+                    if left_out > 0 {
+                        tracing::warn!(upstream = %conn.name(), limit = MAX_TOOLS, left_out, "upstream lists more tools than we take; the rest are left out");
+                    }
+                    shared.set(conn.name(), Update::Listed { tools, left_out });
                 }
                 Err(e) => {
                     tracing::warn!(upstream = %conn.name(), error = %e, "upstream tools/list failed");
                     conn.broken(&peer);
-                    shared.set(conn.name(), false, Some(Vec::new()));
+                    shared.set(conn.name(), Update::ListFailed);
                 }
             },
         }
@@ -303,15 +393,48 @@ async fn discover(
     }
 }
 
+/// The upstream's tools (those the configuration takes), page by page, at most
+/// [`MAX_TOOLS`] of them and [`MAX_PAGES`] pages; and how many were left out (at least).
+async fn list(
+    conn: &Connection,
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+) -> Result<(Vec<rmcp::model::Tool>, usize), rmcp::ServiceError> {
+    let wanted = |t: &rmcp::model::Tool| {
+        conn.config
+            .tools
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| *o == t.name))
+    };
+    let mut tools = Vec::new();
+    let mut left_out = 0usize;
+    let mut cursor = None;
+    for page in 1..=MAX_PAGES {
+        let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+        let listed = peer.list_tools(Some(params)).await?;
+        for tool in listed.tools.into_iter().filter(wanted) {
+            if tools.len() < MAX_TOOLS {
+                tools.push(tool);
+            } else {
+                left_out += 1;
+            }
+        }
+        cursor = listed.next_cursor;
+        if cursor.is_none() || left_out > 0 {
+            break;
+        }
+        if page == MAX_PAGES {
+            tracing::warn!(upstream = %conn.name(), pages = MAX_PAGES, "upstream tools/list goes on for more pages than we read; the rest are left out");
+            left_out += 1;
+        }
+    }
+    Ok((tools, left_out))
+}
+
 fn build(conn: &Arc<Connection>, listed: Vec<rmcp::model::Tool>) -> Vec<Tool> {
     let config = &conn.config;
     let mut tools: Vec<Tool> = listed
         .into_iter()
         .filter_map(|t| serde_json::to_value(t).ok())
-        .filter(|d| {
-            let name = d.get("name").and_then(Value::as_str).unwrap_or_default();
-            config.tools.as_ref().is_none_or(|only| only.iter().any(|o| o == name))
-        })
         .filter_map(|d| {
             let name = d.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
             let checked = forward::tool(conn, &d, *config.settings(&name)).and_then(|t| {

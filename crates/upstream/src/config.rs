@@ -19,7 +19,18 @@ pub struct UpstreamConfig {
     pub defaults: ToolSettings,
     /// Per-tool overrides, by the upstream's own tool name, already merged over the defaults.
     pub overrides: BTreeMap<String, ToolSettings>,
+    /// The largest message (a result, a tool list page) we take from it.
+    pub max_result_bytes: usize,
 }
+
+/// `max_result_bytes` when the file does not say: results are stored (and read back on
+/// every `tasks/get`), so a few MiB is generous for text and a handful of images.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 4 * 1024 * 1024;
+
+/// What a stdio child inherits of our environment besides `inherit_env`: where programs
+/// and its home are, its locale and time zone, and where temporary files go. Nothing that
+/// configures mcp-tasks (or any other upstream) is among them.
+pub const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
 
 impl UpstreamConfig {
     /// The settings of one of its tools (by the upstream's own name).
@@ -30,10 +41,12 @@ impl UpstreamConfig {
 
 #[derive(Clone, PartialEq)]
 pub enum Transport {
-    /// A child process (argv) with extra environment variables.
+    /// A child process (argv). Its environment is [`INHERITED_ENV`] and `inherit_env` of
+    /// ours (those that are set), then `env`; nothing else of ours.
     Stdio {
         command: Vec<String>,
         env: BTreeMap<String, String>,
+        inherit_env: Vec<String>,
     },
     /// A Streamable HTTP endpoint; header values are expanded from our environment.
     Http {
@@ -46,10 +59,15 @@ impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Header values carry credentials, and env values may: never print them.
         match self {
-            Self::Stdio { command, env } => f
+            Self::Stdio {
+                command,
+                env,
+                inherit_env,
+            } => f
                 .debug_struct("Stdio")
                 .field("command", command)
                 .field("env", &env.keys().collect::<Vec<_>>())
+                .field("inherit_env", inherit_env)
                 .finish(),
             Self::Http { url, headers } => f
                 .debug_struct("Http")
@@ -124,6 +142,7 @@ struct RawUpstream {
     command: Option<Spanned<Vec<String>>>,
     url: Option<Spanned<String>>,
     env: Option<Spanned<BTreeMap<String, String>>>,
+    inherit_env: Option<Spanned<Vec<Spanned<String>>>>,
     headers: Option<Spanned<BTreeMap<String, String>>>,
     prefix: Option<Spanned<String>>,
     tools: Option<Spanned<Vec<String>>>,
@@ -132,6 +151,7 @@ struct RawUpstream {
     max_attempts: Option<Spanned<i64>>,
     ttl_ms: Option<Spanned<i64>>,
     timeout_ms: Option<Spanned<i64>>,
+    max_result_bytes: Option<Spanned<i64>>,
     #[serde(default)]
     tool: BTreeMap<String, RawSettings>,
 }
@@ -305,6 +325,7 @@ fn check_upstream(
             Transport::Stdio {
                 command,
                 env: u.env.map(Spanned::into_inner).unwrap_or_default(),
+                inherit_env: inherit_env(src, u.inherit_env)?,
             }
         }
         (None, Some(url)) => {
@@ -313,6 +334,13 @@ fn check_upstream(
                     &ctx("env"),
                     e.span(),
                     "`env` is for `command` upstreams only",
+                );
+            }
+            if let Some(e) = &u.inherit_env {
+                return src.error(
+                    &ctx("inherit_env"),
+                    e.span(),
+                    "`inherit_env` is for `command` upstreams only",
                 );
             }
             let url_span = url.span();
@@ -345,6 +373,23 @@ fn check_upstream(
         timeout_ms: u.timeout_ms,
     };
     let defaults = settings(src, &ctx(""), &own, ToolSettings::default())?;
+    let max_result_bytes = match &u.max_result_bytes {
+        None => DEFAULT_MAX_RESULT_BYTES,
+        Some(v) => {
+            // From 1 KiB (an error message fits) to 256 MiB (beyond that, a task's result
+            // is no place for it).
+            let (min, max) = (1024, 256 * 1024 * 1024);
+            let n = *v.get_ref();
+            if !(min..=max).contains(&n) {
+                return src.error(
+                    &ctx("max_result_bytes"),
+                    v.span(),
+                    format!("{n} is out of range ({min} to {max})"),
+                );
+            }
+            usize::try_from(n).unwrap_or(DEFAULT_MAX_RESULT_BYTES)
+        }
+    };
     let mut overrides = BTreeMap::new();
     for (tool, raw) in u.tool {
         let key = format!("upstream.tool.{tool:?}.");
@@ -358,7 +403,47 @@ fn check_upstream(
         tools: u.tools.map(Spanned::into_inner),
         defaults,
         overrides,
+        max_result_bytes,
     })
+}
+
+/// `inherit_env`: names of variables (checked), never mcp-tasks' own configuration.
+fn inherit_env(
+    src: &Source<'_>,
+    raw: Option<Spanned<Vec<Spanned<String>>>>,
+) -> Result<Vec<String>, ConfigError> {
+    let key = "upstream.inherit_env";
+    let mut names: Vec<String> = Vec::new();
+    for name in raw.map(Spanned::into_inner).unwrap_or_default() {
+        let span = name.span();
+        let name = name.into_inner();
+        let valid = name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return src.error(
+                key,
+                span,
+                format!("{name:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"),
+            );
+        }
+        // These hold the database's password, the keys that sign sessions and tokens, and
+        // the like: a child that needs one of them needs a value of its own in `env`.
+        if name == "DATABASE_URL" || name.starts_with("MCP_TASKS_") {
+            return src.error(
+                key,
+                span,
+                format!("{name} configures mcp-tasks itself and is never passed to an upstream"),
+            );
+        }
+        if names.contains(&name) {
+            return src.error(key, span, format!("{name} is named twice"));
+        }
+        names.push(name);
+    }
+    Ok(names)
 }
 
 fn settings(

@@ -3,7 +3,6 @@
 //! peer; discovery runs after every (re)connect and on `notifications/tools/list_changed`.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,106 +10,25 @@ use rmcp::ClientHandler;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, Implementation,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
+    ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RequestContext, RoleClient,
 };
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use tokio::io::AsyncBufReadExt;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Transport, UpstreamConfig, expand_env};
 use crate::input::Asked;
-
-/// What a call hears from the upstream while it runs.
-#[derive(Debug)]
-pub(crate) enum CallEvent {
-    Progress {
-        progress: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    },
-    Log(String),
-}
-
-/// Calls in flight on one connection, so notifications and requests from the upstream
-/// reach the call they belong to.
-#[derive(Default)]
-pub(crate) struct InFlight {
-    by_token: HashMap<ProgressToken, Entry>,
-}
-
-struct Entry {
-    request: RequestId,
-    events: mpsc::UnboundedSender<CallEvent>,
-    inputs: mpsc::Sender<Asked>,
-    /// The upstream's own task this call follows (`tasks/result`), if any.
-    task: Option<String>,
-}
-
-impl InFlight {
-    fn route_by_request(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
-        match id {
-            Some(id) => self
-                .by_token
-                .values()
-                .find(|e| &e.request == id)
-                .map(|e| e.events.clone()),
-            None => self.lone().map(|e| e.events.clone()),
-        }
-    }
-
-    /// Without an association (stdio has none before 2026-07-28) only a lone call can
-    /// be meant.
-    fn lone(&self) -> Option<&Entry> {
-        if self.by_token.len() == 1 {
-            self.by_token.values().next()
-        } else {
-            None
-        }
-    }
-
-    /// The call an input request belongs to: the one following the upstream task it
-    /// names, else the lone call.
-    fn route_input(&self, task: Option<&str>) -> Option<mpsc::Sender<Asked>> {
-        let entry = match task {
-            Some(task) => self
-                .by_token
-                .values()
-                .find(|e| e.task.as_deref() == Some(task))
-                .or_else(|| self.lone()),
-            None => self.lone(),
-        };
-        entry.map(|e| e.inputs.clone())
-    }
-}
-
-/// Input requests waiting for a call's attention at most; more at once are refused.
-const QUEUED_INPUTS: usize = 4;
-
-/// A registration of one call; dropping it stops the routing.
-pub(crate) struct Registration {
-    calls: Arc<Mutex<InFlight>>,
-    token: ProgressToken,
-    pub(crate) events: mpsc::UnboundedReceiver<CallEvent>,
-    pub(crate) inputs: mpsc::Receiver<Asked>,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.by_token.remove(&self.token);
-        }
-    }
-}
+use crate::routing::{CallEvent, Calls};
+use crate::stdio::{ENVELOPE_BYTES, relay_stderr};
 
 /// The client side we present to an upstream.
 pub(crate) struct Bridge {
     name: Arc<str>,
-    calls: Arc<Mutex<InFlight>>,
+    calls: Calls,
     list_changed: Arc<Notify>,
     info: ClientConfig,
 }
@@ -125,13 +43,9 @@ impl Bridge {
         ct: CancellationToken,
     ) -> Result<serde_json::Value, McpError> {
         let (task, request) = crate::input::from_upstream(method, params);
-        let route = self
-            .calls
-            .lock()
-            .ok()
-            .and_then(|c| c.route_input(task.as_deref()));
+        let route = self.calls.with(|c| c.route_input(task.as_deref()));
         let Some(route) = route else {
-            tracing::warn!(upstream = %self.name, "an input request that belongs to no single call in flight; refused");
+            tracing::warn!(upstream = %self.name, "an input request that belongs to no single call in flight (or may be another principal's); refused");
             return Err(McpError::invalid_request(
                 "no single call in flight to relate this request to",
                 None,
@@ -160,10 +74,6 @@ impl Bridge {
                 None,
             )),
         }
-    }
-
-    fn route(&self, id: Option<&RequestId>) -> Option<mpsc::UnboundedSender<CallEvent>> {
-        self.calls.lock().ok()?.route_by_request(id)
     }
 }
 
@@ -210,11 +120,7 @@ impl ClientHandler for Bridge {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let tx = self.calls.lock().ok().and_then(|c| {
-            c.by_token
-                .get(&params.progress_token)
-                .map(|e| e.events.clone())
-        });
+        let tx = self.calls.with(|c| c.progress(&params.progress_token));
         if let Some(tx) = tx {
             let _ = tx.send(CallEvent::Progress {
                 progress: params.progress,
@@ -241,7 +147,8 @@ impl ClientHandler for Bridge {
         };
         // Log data may carry anything the upstream likes: debug only.
         tracing::debug!(upstream = %self.name, level = ?params.level, "upstream log message");
-        if let Some(tx) = self.route(None) {
+        // No association: a lone call of the only principal gets it (`routing.rs`).
+        if let Some(tx) = self.calls.with(|c| c.route_by_request(None)) {
             let _ = tx.send(CallEvent::Log(text));
         }
     }
@@ -256,8 +163,9 @@ impl ClientHandler for Bridge {
 pub(crate) struct Connection {
     pub(crate) config: Arc<UpstreamConfig>,
     peer: watch::Sender<Option<Peer<RoleClient>>>,
-    calls: Arc<Mutex<InFlight>>,
+    pub(crate) calls: Calls,
     pub(crate) list_changed: Arc<Notify>,
+    /// Why it is not connected: the id of the log line with the details.
     last_error: Mutex<Option<String>>,
     /// How the next connection opens (see [`Handshake`]).
     handshake: Mutex<Handshake>,
@@ -270,7 +178,7 @@ impl Connection {
         Arc::new(Self {
             config: Arc::new(config),
             peer: watch::channel(None).0,
-            calls: Arc::default(),
+            calls: Calls::default(),
             list_changed: Arc::new(Notify::new()),
             last_error: Mutex::new(None),
             handshake: Mutex::new(Handshake::Auto),
@@ -286,8 +194,19 @@ impl Connection {
         self.peer.subscribe()
     }
 
+    /// Why it is not connected, for anyone to read: generic, with the id of the log line
+    /// that has the upstream's own words (they may hold a URL's query string or a token).
     pub(crate) fn last_error(&self) -> Option<String> {
-        self.last_error.lock().ok().and_then(|e| e.clone())
+        let id = self.last_error.lock().ok().and_then(|e| e.clone())?;
+        Some(format!(
+            "upstream {:?} is not reachable (error {id})",
+            self.config.name
+        ))
+    }
+
+    /// Whether it has failed to connect since it last connected.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.last_error.lock().is_ok_and(|e| e.is_some())
     }
 
     /// Waits (at most `within`) for a live peer.
@@ -308,38 +227,16 @@ impl Connection {
         }
     }
 
-    /// Routes what the upstream sends about the request `request` (progress token
-    /// `token`; following the upstream's task `task`, if any) to the caller.
-    pub(crate) fn register(
-        &self,
-        token: ProgressToken,
-        request: RequestId,
-        task: Option<String>,
-    ) -> Registration {
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let (inputs_tx, inputs) = mpsc::channel(QUEUED_INPUTS);
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.by_token.insert(
-                token.clone(),
-                Entry {
-                    request,
-                    events: events_tx,
-                    inputs: inputs_tx,
-                    task,
-                },
-            );
-        }
-        Registration {
-            calls: self.calls.clone(),
-            token,
-            events,
-            inputs,
-        }
-    }
-
-    fn set_error(&self, error: Option<String>) {
+    /// `raw`, the upstream's own words, goes to the log (warn) under a new id; callers
+    /// see only the id (`None`: connected again).
+    fn set_error(&self, raw: Option<&str>, retry: Duration) {
+        let id = raw.map(|raw| {
+            let id = error_id();
+            tracing::warn!(upstream = %self.config.name, error_id = %id, error = %raw, retry_ms = retry.as_millis() as u64, "upstream not reachable");
+            id
+        });
         if let Ok(mut e) = self.last_error.lock() {
-            *e = error;
+            *e = id;
         }
     }
 
@@ -367,7 +264,7 @@ impl Connection {
                         protocol = %peer_info.as_ref().map_or_else(String::new, |i| i.protocol_version.to_string()),
                         "upstream connected"
                     );
-                    self.set_error(None);
+                    self.set_error(None, backoff);
                     self.peer.send_replace(Some(running.peer().clone()));
                     let ct = running.cancellation_token();
                     let current = running.peer().clone();
@@ -393,12 +290,10 @@ impl Connection {
                         }
                     }
                     self.peer.send_replace(None);
-                    tracing::warn!(upstream = %self.config.name, "upstream connection ended; reconnecting");
-                    self.set_error(Some("connection ended".into()));
+                    self.set_error(Some("the connection ended; reconnecting"), backoff);
                 }
                 Err(e) => {
-                    tracing::warn!(upstream = %self.config.name, error = %e.text, retry_ms = backoff.as_millis() as u64, "upstream not reachable");
-                    self.set_error(Some(e.text));
+                    self.set_error(Some(&e.text), backoff);
                     if e.handshake_failed
                         && let Ok(mut h) = self.handshake.lock()
                     {
@@ -515,13 +410,15 @@ async fn connect(
     how: Handshake,
 ) -> Result<(Running, Option<tokio::process::ChildStderr>), ConnectError> {
     match &config.transport {
-        Transport::Stdio { command, env } => {
-            let mut cmd = tokio::process::Command::new(&command[0]);
-            cmd.args(&command[1..]).envs(env).kill_on_drop(true);
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot start {:?}: {e}", command[0]))?;
+        Transport::Stdio {
+            command,
+            env,
+            inherit_env,
+        } => {
+            let env = crate::stdio::environment(std::env::vars_os(), inherit_env, env);
+            let (transport, stderr) =
+                crate::stdio::spawn(&config.name, command, &env, config.max_result_bytes)
+                    .map_err(|e| format!("cannot start {:?}: {e}", command[0]))?;
             let running = handshake(bridge, transport, how).await?;
             Ok((running, stderr))
         }
@@ -535,9 +432,12 @@ async fn connect(
                     .map_err(|_| format!("header {name}: not a valid header value"))?;
                 custom.insert(name, value);
             }
+            let cap = config.max_result_bytes.saturating_add(ENVELOPE_BYTES);
             let transport = StreamableHttpClientTransport::from_config(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom)
+                    .max_json_response_size(cap)
+                    .max_sse_event_size(cap)
                     .reinit_on_expired_session(true),
             );
             let running = handshake(bridge, transport, how).await?;
@@ -546,16 +446,11 @@ async fn connect(
     }
 }
 
-/// The child's stderr is its log: ours at debug, line by line, until it closes.
-async fn relay_stderr(name: &str, stderr: Option<tokio::process::ChildStderr>) {
-    let Some(stderr) = stderr else {
-        return std::future::pending().await;
-    };
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(upstream = %name, "stderr: {line}");
-    }
-    std::future::pending().await
+/// A short id that ties a generic message to the log line with the details.
+pub(crate) fn error_id() -> String {
+    let mut id = uuid::Uuid::new_v4().simple().to_string();
+    id.truncate(6);
+    id
 }
 
 /// What we tell upstreams about ourselves.

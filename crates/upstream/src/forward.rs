@@ -15,8 +15,9 @@ use rmcp::service::{PeerRequestOptions, RoleClient};
 use serde_json::{Value, json};
 
 use crate::config::ToolSettings;
-use crate::connection::{CallEvent, Connection};
+use crate::connection::{Connection, error_id};
 use crate::input::{Asked, Budget};
+use crate::routing::CallEvent;
 
 /// How long a call waits for the upstream to be connected before counting an attempt: a
 /// restarted stdio child (an interpreter importing its SDK) can take seconds to answer.
@@ -77,6 +78,8 @@ pub(crate) enum Failure {
     NotSent(String),
     /// The connection broke while the upstream had the call.
     Lost,
+    /// The upstream's answer was larger than its `max_result_bytes` allows.
+    TooLarge,
     TimedOut,
     Interrupted,
 }
@@ -103,6 +106,8 @@ async fn forward(
             last = conn.last_error().unwrap_or_else(|| "not connected".into());
             continue;
         };
+        // Open on the connection until this attempt ends, whatever it sends meanwhile.
+        let _call = conn.calls.open(ctx.owner());
         let called = match call_once(conn, &peer, tool, &ctx, settings.timeout).await {
             // 2025-11-25: a listed tool refused with -32601 is one the upstream runs only as
             // a task of its own (`taskSupport: "required"`, a field rmcp's Tool does not
@@ -117,7 +122,8 @@ async fn forward(
             other => other,
         };
         match called {
-            Ok(outcome) => return Ok(outcome),
+            Ok(outcome) => return within_limit(conn, tool, outcome),
+            Err(Failure::TooLarge) => return Err(too_large(conn, tool, None)),
             Err(Failure::Protocol(e)) => return Err(ToolError::Protocol(e)),
             Err(Failure::Interrupted) => return Err(ToolError::Interrupted),
             Err(Failure::TimedOut) => {
@@ -131,7 +137,10 @@ async fn forward(
             }
             Err(Failure::NotSent(why)) => {
                 conn.broken(&peer);
-                last = why;
+                // The transport's words may name the upstream's URL: logged, not returned.
+                let id = error_id();
+                tracing::warn!(%upstream, error_id = %id, error = %why, "a request to the upstream could not be sent");
+                last = format!("the request could not be sent (error {id})");
             }
             Err(Failure::Lost) => {
                 conn.broken(&peer);
@@ -215,7 +224,9 @@ async fn call_round(
         .await
         .map_err(|e| Failure::NotSent(e.to_string()))?;
     let id = handle.id.clone();
-    let mut registration = conn.register(handle.progress_token.clone(), id.clone(), None);
+    let mut registration =
+        conn.calls
+            .register(handle.progress_token.clone(), id.clone(), None, ctx.owner());
     let response = handle.await_response();
     tokio::pin!(response);
     let result = loop {
@@ -290,6 +301,51 @@ async fn call_round(
     }
 }
 
+/// The result, unless it is larger than the upstream's `max_result_bytes` (an answer too
+/// large for the transport never gets here: `stdio.rs`, and rmcp's HTTP limits).
+fn within_limit(conn: &Connection, tool: &str, outcome: Outcome) -> ToolResult {
+    let limit = conn.config.max_result_bytes;
+    let size = match &outcome {
+        Outcome::Complete(result) => json_size(result),
+        _ => 0,
+    };
+    if size <= limit {
+        return Ok(outcome);
+    }
+    Err(too_large(conn, tool, Some(size)))
+}
+
+fn too_large(conn: &Connection, tool: &str, size: Option<usize>) -> ToolError {
+    let limit = conn.config.max_result_bytes;
+    tracing::warn!(upstream = %conn.name(), %tool, bytes = ?size, limit, "upstream result larger than max_result_bytes; the call failed");
+    ToolError::Protocol(
+        ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            crate::stdio::too_large(conn.name(), limit),
+        )
+        .with_data(json!({ "reason": "UPSTREAM_RESULT_TOO_LARGE", "limit": limit })),
+    )
+}
+
+/// The bytes `value` takes as JSON, counted without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 /// What a failed request means for the call.
 pub(crate) fn failure(e: ServiceError) -> Failure {
     match e {
@@ -302,6 +358,11 @@ pub(crate) fn failure(e: ServiceError) -> Failure {
         }
         ServiceError::Timeout { .. } => Failure::TimedOut,
         ServiceError::Cancelled { .. } => Failure::Interrupted,
+        // rmcp's HTTP limits (a JSON body, an SSE event) both say "exceeded the maximum
+        // size of N bytes"; the limits are ours (`max_result_bytes`).
+        ServiceError::TransportSend(e) if e.to_string().contains("exceeded the maximum size") => {
+            Failure::TooLarge
+        }
         _ => Failure::Lost,
     }
 }

@@ -6,8 +6,10 @@
 //!   back in the retried call's `inputResponses` (with its `requestState`).
 //!
 //! Either way the run keeps the task (and the call) while the client answers:
-//! [`ToolContext::ask`]. What an upstream can make us hold is bounded: a request's size,
-//! the requests per call, and the requests waiting at once (`connection.rs`).
+//! [`ToolContext::ask`]. What reaches the client is only what the schema declares, and
+//! only what we declared to upstreams (`declared.rs`). What an upstream can make us hold
+//! is bounded: a request's size, the requests per call, and the requests waiting at once
+//! (`routing.rs`).
 
 use mcp_tasks_tools::{ContextError, ToolContext};
 use mcp_tasks_wire::{ErrorObject, codes};
@@ -72,18 +74,25 @@ pub(crate) async fn ask(
     if requests.is_empty() {
         return Ok(Vec::new());
     }
-    for (_, request) in &requests {
-        if let Some(why) = refusal(upstream, tool, ctx, request) {
+    let mut passed = Vec::with_capacity(requests.len());
+    for (key, request) in requests {
+        if let Some(why) = refusal(upstream, tool, ctx, &request) {
             return Err(refused(why));
         }
-        let size = serde_json::to_vec(request).map_or(usize::MAX, |v| v.len());
+        let request = crate::declared::declared(&request).map_err(|why| {
+            refused(format!(
+                "Upstream {upstream:?} asked for {why} during tool {tool:?}"
+            ))
+        })?;
+        let size = serde_json::to_vec(&request).map_or(usize::MAX, |v| v.len());
         if size > MAX_REQUEST_BYTES {
             return Err(refused(format!(
                 "Upstream {upstream:?} asked for input larger than {MAX_REQUEST_BYTES} bytes during tool {tool:?}"
             )));
         }
+        passed.push((key, request));
     }
-    match ctx.ask(&requests).await {
+    match ctx.ask(&passed).await {
         Ok(answers) => Ok(answers),
         Err(ContextError::Interrupted) => Err(Failure::Interrupted),
         Err(ContextError::Unavailable(why)) => Err(refused(format!(
@@ -92,9 +101,9 @@ pub(crate) async fn ask(
     }
 }
 
-/// Why `request` cannot be put to the client, if it cannot: a kind we do not pass on,
-/// one the client that created the task did not declare, or a run with no task to ask
-/// through (a sync-only tool).
+/// Why `request` cannot be put to the client, if it cannot: a kind (or a mode, or a
+/// field) we do not pass on, one the client that created the task did not declare, or a
+/// run with no task to ask through (a sync-only tool).
 pub(crate) fn refusal(
     upstream: &str,
     tool: &str,
@@ -102,9 +111,9 @@ pub(crate) fn refusal(
     request: &Value,
 ) -> Option<String> {
     let method = request["method"].as_str().unwrap_or_default();
-    if !matches!(method, "elicitation/create" | "sampling/createMessage") {
+    if let Err(why) = crate::declared::declared(request) {
         return Some(format!(
-            "Upstream {upstream:?} asked for input of a kind we do not pass on ({method:?}) during tool {tool:?}"
+            "Upstream {upstream:?} asked for {why} during tool {tool:?}"
         ));
     }
     if ctx.task_id().is_none() {

@@ -7,9 +7,15 @@
 mod catalog;
 pub mod config;
 mod connection;
+mod declared;
 mod forward;
 mod input;
+mod routing;
+mod stdio;
 mod upstream_task;
 
 pub use catalog::{Options, StartError, Upstreams};
-pub use config::{Config, ConfigError, ToolSettings, Transport, UpstreamConfig};
+pub use config::{
+    Config, ConfigError, DEFAULT_MAX_RESULT_BYTES, INHERITED_ENV, ToolSettings, Transport,
+    UpstreamConfig,
+};

@@ -240,10 +240,11 @@ async fn result_answering(
         .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
         .await
         .map_err(|e| Failure::NotSent(e.to_string()))?;
-    let mut registration = conn.register(
+    let mut registration = conn.calls.register(
         handle.progress_token.clone(),
         handle.id.clone(),
         Some(task_id.to_owned()),
+        ctx.owner(),
     );
     let mut budget = Budget::default();
     let response = handle.await_response();

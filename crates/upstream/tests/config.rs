@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use mcp_tasks_tools::ExecutionPolicy;
-use mcp_tasks_upstream::{Config, ConfigError, Transport};
+use mcp_tasks_upstream::{Config, ConfigError, DEFAULT_MAX_RESULT_BYTES, Transport};
 
 const EXAMPLE: &str = r#"
 [[upstream]]
 name = "everything"
 command = ["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"]
 env = { LOG_LEVEL = "warn" }
+inherit_env = ["NODE_EXTRA_CA_CERTS"]
 prefix = "everything_"
 tools = ["get-sum", "trigger-long-running-operation"]
 mode = "task-optional"
@@ -18,6 +19,7 @@ idempotent = false
 max_attempts = 3
 ttl_ms = 3600000
 timeout_ms = 600000
+max_result_bytes = 1048576
 [upstream.tool."trigger-long-running-operation"]
 mode = "task-required"
 idempotent = true
@@ -41,8 +43,11 @@ fn the_documented_example_parses() {
     let e = &config.upstreams[0];
     assert_eq!(e.name, "everything");
     assert_eq!(e.prefix, "everything_");
-    assert!(matches!(&e.transport, Transport::Stdio { command, env }
-        if command[0] == "npx" && env["LOG_LEVEL"] == "warn"));
+    assert!(
+        matches!(&e.transport, Transport::Stdio { command, env, inherit_env }
+        if command[0] == "npx" && env["LOG_LEVEL"] == "warn" && inherit_env == &["NODE_EXTRA_CA_CERTS"])
+    );
+    assert_eq!(e.max_result_bytes, 1024 * 1024);
     assert_eq!(e.defaults.mode, ExecutionPolicy::TaskOptional);
     assert!(!e.defaults.idempotent);
     assert_eq!(e.defaults.timeout, Duration::from_secs(600));
@@ -53,6 +58,7 @@ fn the_documented_example_parses() {
     assert_eq!(long.ttl, Duration::from_secs(3600));
     assert_eq!(e.settings("get-sum").mode, ExecutionPolicy::TaskOptional);
     let r = &config.upstreams[1];
+    assert_eq!(r.max_result_bytes, DEFAULT_MAX_RESULT_BYTES);
     assert!(matches!(&r.transport, Transport::Http { url, headers }
         if url == "https://tools.internal/mcp" && headers.contains_key("Authorization")));
     // Header values are credentials: Debug never shows them.
@@ -133,6 +139,16 @@ fn bad_values_are_refused() {
             "idempotent",
             4,
         ),
+        (
+            "name = \"a\"\ncommand = [\"x\"]\nmax_result_bytes = 10",
+            "upstream.max_result_bytes",
+            4,
+        ),
+        (
+            "name = \"a\"\nurl = \"http://h\"\ninherit_env = [\"A\"]",
+            "upstream.inherit_env",
+            4,
+        ),
     ];
     for (body, key, line) in cases {
         let e = refused(&format!("[[upstream]]\n{body}\n"));
@@ -159,4 +175,36 @@ fn names_are_unique() {
         "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\n[[upstream]]\nname = \"a\"\ncommand = [\"y\"]\n",
     );
     assert!(e.to_string().contains("twice"), "{e}");
+}
+
+#[test]
+fn inherit_env_names_variables_and_never_our_own() {
+    for (entry, says) in [
+        ("\"NOT-A-NAME\"", "not a variable name"),
+        ("\"\"", "not a variable name"),
+        ("\"9LIVES\"", "not a variable name"),
+        ("\"DATABASE_URL\"", "configures mcp-tasks itself"),
+        ("\"MCP_TASKS_STATE_KEY\"", "configures mcp-tasks itself"),
+        ("\"A\", \"A\"", "twice"),
+    ] {
+        let e = refused(&format!(
+            "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\ninherit_env = [\n  \"OK_ONE\",\n  {entry}]\n"
+        ));
+        assert_eq!(
+            e.key.as_deref(),
+            Some("upstream.inherit_env"),
+            "{entry}: {e}"
+        );
+        // The line of the bad entry itself, not of the key.
+        assert_eq!(e.line, Some(6), "{entry}: {e}");
+        assert!(e.to_string().contains(says), "{entry}: {e}");
+    }
+    let ok = Config::parse(
+        "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\ninherit_env = [\"HTTPS_PROXY\", \"_X1\"]\n",
+    )
+    .expect("parses");
+    assert!(
+        matches!(&ok.upstreams[0].transport, Transport::Stdio { inherit_env, .. }
+        if inherit_env == &["HTTPS_PROXY", "_X1"])
+    );
 }

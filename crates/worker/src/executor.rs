@@ -190,6 +190,7 @@ async fn run(
         .responses(task.input_responses)
         .checkpoint(task.checkpoint)
         .task_id(lease.id.to_string())
+        .owner(&task.owner.tenant, &task.owner.principal)
         .attempt(u32::try_from(task.attempt).unwrap_or(1))
         .trace_context(handler_trace_context(task.trace_context))
         .cancellation(cancel.clone())

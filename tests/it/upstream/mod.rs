@@ -4,12 +4,16 @@
 //! installs them (pinned) into a cache under `~/.cache`. Every process is real: a replica
 //! and workers started with `--config`, killed where a test says so.
 
+mod bounds;
 mod everything;
 mod everything_input;
 mod fastmcp;
 mod fastmcp_input;
+mod isolation;
+mod logged;
 #[path = "../../../crates/wire/tests/official/mod.rs"]
 mod official;
+mod reports;
 mod routing;
 mod tasks_2026;
 
@@ -19,8 +23,8 @@ use std::time::Duration;
 use mcp_tasks_client::Client;
 use serde_json::Value;
 
-use crate::harness::procs::Proc;
 use crate::harness::{self, TestDb};
+use logged::Logged;
 
 /// The installed servers' folder (`node_modules/`, `py/`).
 async fn installed() -> PathBuf {
@@ -33,6 +37,15 @@ async fn everything_argv(mode: &str) -> Vec<String> {
         .await
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     vec!["node".into(), entry.display().to_string(), mode.into()]
+}
+
+/// `tests/upstreams/probe.py`, a FastMCP server made for the hardening tests, with `args`,
+/// as an argv for the configuration file.
+async fn probe_argv(args: &[&str]) -> Vec<String> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams/probe.py");
+    let mut argv = vec![python().await, script.display().to_string()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    argv
 }
 
 async fn python() -> String {
@@ -94,33 +107,58 @@ const FAST_WORKER: &[(&str, &str)] = &[
 /// A replica and `workers` workers on a fresh database, all with configuration `config`.
 struct Fleet {
     db: TestDb,
-    replica: Proc,
-    workers: Vec<Proc>,
+    replica: Logged,
+    workers: Vec<Logged>,
     config: String,
+    /// What every process gets besides the configuration (see [`Setup`]).
+    setup: Setup,
+}
+
+/// More for a fleet's processes than the configuration file.
+#[derive(Clone, Default)]
+struct Setup {
+    /// Arguments of the replica's `serve` (after `--listen`, `--tools`).
+    serve_args: Vec<String>,
+    /// The replica's `--listen` (default `127.0.0.1:0`).
+    listen: Option<String>,
+    /// The replica's built-in `--tools` (default `none`; workers have none).
+    tools: Option<String>,
+    /// Environment of the replica and of every worker.
+    env: Vec<(String, String)>,
 }
 
 impl Fleet {
     async fn start(config: &str, workers: usize) -> Self {
+        Self::launch(config, workers, Setup::default()).await
+    }
+
+    async fn launch(config: &str, workers: usize, setup: Setup) -> Self {
         let db = TestDb::new().await;
-        let replica = Proc::serve_args(
-            &db.url,
-            &["serve", "--listen", "127.0.0.1:0", "--tools", "none"],
-            &[
-                ("MCP_TASKS_CONFIG", config),
-                ("MCP_TASKS_LOG", "info,sqlx=warn,rmcp=warn"),
-            ],
-        )
-        .await;
+        let replica = Self::replica(&db, config, &setup).await;
         let mut fleet = Self {
             db,
             replica,
             workers: Vec::new(),
             config: config.to_owned(),
+            setup,
         };
         for _ in 0..workers {
             fleet.add_worker();
         }
         fleet
+    }
+
+    async fn replica(db: &TestDb, config: &str, setup: &Setup) -> Logged {
+        let listen = setup.listen.as_deref().unwrap_or("127.0.0.1:0");
+        let tools = setup.tools.as_deref().unwrap_or("none");
+        let mut args = vec!["serve", "--listen", listen, "--tools", tools];
+        args.extend(setup.serve_args.iter().map(String::as_str));
+        let mut env = vec![
+            ("MCP_TASKS_CONFIG", config),
+            ("MCP_TASKS_LOG", "info,sqlx=warn,rmcp=warn"),
+        ];
+        env.extend(setup.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        Logged::serve(&db.url, &args, &env).await
     }
 
     /// Waits until the replica and every worker reach every upstream (a Python upstream
@@ -161,22 +199,20 @@ impl Fleet {
     }
 
     /// Another replica on the same database and configuration.
-    async fn add_replica(&self) -> Proc {
-        Proc::serve_args(
-            &self.db.url,
-            &["serve", "--listen", "127.0.0.1:0", "--tools", "none"],
-            &[
-                ("MCP_TASKS_CONFIG", &self.config),
-                ("MCP_TASKS_LOG", "info,sqlx=warn,rmcp=warn"),
-            ],
-        )
-        .await
+    async fn add_replica(&self) -> Logged {
+        let setup = Setup {
+            listen: None,
+            ..self.setup.clone()
+        };
+        Self::replica(&self.db, &self.config, &setup).await
     }
 
     fn add_worker(&mut self) {
         let mut env = FAST_WORKER.to_vec();
         env.push(("MCP_TASKS_CONFIG", &self.config));
-        self.workers.push(Proc::worker(&self.db.url, "none", &env));
+        env.extend(self.setup.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        self.workers
+            .push(Logged::worker(&self.db.url, "none", &env));
     }
 
     fn client(&self) -> Client {
