@@ -16,7 +16,9 @@
 //! - `push`: listen streams. `store`: the store against PostgreSQL. `workers`: workers in
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
 //!   their database. `wakeups`: one notification wakes one idle worker process. `smoke`,
-//!   `benches`: the demo sequence and the benchmarks still run.
+//!   `benches`: the demo sequence and the benchmarks still run. `skips`: the optional
+//!   groups (Node and PyPI packages, chromium) are skipped, with one line each, where what
+//!   they need is missing (`harness::optional`).
 
 mod attacks;
 mod auth;
@@ -35,6 +37,7 @@ mod protocol;
 mod push;
 mod reliability;
 mod sessions;
+mod skips;
 mod smoke;
 mod store;
 mod upstream;
