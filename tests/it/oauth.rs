@@ -12,10 +12,9 @@ use mcp_tasks_client::{Client, ClientError, OAuth, OAuthConfig, tasks_capabiliti
 use mcp_tasks_server::KeySource;
 use serde_json::{Value, json};
 
-use crate::harness::TestApp;
 use crate::harness::jwt::Jwt;
 use crate::harness::oauth_as::{AuthServer, Browser};
-use crate::harness::{Need, skip};
+use crate::harness::{Need, TestApp, skip};
 
 /// Where the authorization server sends the browser back (never listened on: the
 /// [`Browser`] stops at the redirect and hands it to the client).

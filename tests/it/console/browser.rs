@@ -22,11 +22,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::harness::TestDb;
 use crate::harness::jwt::{self, TempDir};
 use crate::harness::oauth_as::AuthServer;
 use crate::harness::procs::Proc;
-use crate::harness::{Need, skip};
+use crate::harness::{Need, TestDb, skip};
 
 /// How long anything in the browser may take: generous, for a loaded 2-core machine.
 pub(super) const PATIENCE: Duration = Duration::from_secs(60);

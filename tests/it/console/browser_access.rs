@@ -7,8 +7,7 @@ use serde_json::json;
 
 use super::browser::{Browser, Console, PATIENCE, WORKER_ID, http};
 use crate::harness::fixtures::{self, create_task, new_task};
-use crate::harness::status;
-use crate::harness::{Need, skip};
+use crate::harness::{Need, skip, status};
 
 /// What a person sees of the page at `path` (the requested id written as `<id>`), and
 /// the HTTP status and `<title>` the same session gets for it.

@@ -9,8 +9,7 @@ use serde_json::json;
 use super::browser::{Browser, Console, PATIENCE, WORKER_ID};
 use crate::harness::fixtures::{self, create_task, new_task};
 use crate::harness::oauth_as::AuthServer;
-use crate::harness::status;
-use crate::harness::{Need, skip};
+use crate::harness::{Need, skip, status};
 
 const ANSWER: &str = "form.task-answer[data-key=\"approve_outline\"]";
 

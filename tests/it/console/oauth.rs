@@ -4,10 +4,9 @@
 //! API's authenticator.
 
 use super::text_of;
-use crate::harness::TestApp;
 use crate::harness::jwt::Jwt;
 use crate::harness::oauth_as::AuthServer;
-use crate::harness::{Need, skip};
+use crate::harness::{Need, TestApp, skip};
 use mcp_tasks_server::{ConsoleConfig, KeySource};
 
 #[tokio::test]

@@ -13,10 +13,9 @@ use mcp_tasks_server::KeySource;
 use reqwest::cookie::CookieStore;
 
 use super::{console_on, text_of};
-use crate::harness::TestApp;
 use crate::harness::jwt::Jwt;
 use crate::harness::oauth_as::AuthServer;
-use crate::harness::{Need, skip};
+use crate::harness::{Need, TestApp, skip};
 
 const ACCESS_TTL: Duration = Duration::from_secs(2);
 

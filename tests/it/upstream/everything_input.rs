@@ -15,8 +15,7 @@ use mcp_tasks_client::Client;
 
 use super::fastmcp_input::{asked, asked_for};
 use super::{Fleet, Scratch, everything_argv, start_task, text_of, toml_list, wait_terminal};
-use crate::harness::status;
-use crate::harness::{Need, skip};
+use crate::harness::{Need, skip, status};
 
 async fn setup(scratch: &Scratch) -> String {
     let argv = toml_list(&everything_argv("stdio").await);
