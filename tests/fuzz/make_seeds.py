@@ -9,8 +9,8 @@ Each seed is laid out as the target reads it (see fuzz_targets/envelope.rs):
     the body
 
 Run it from anywhere: `python3 tests/fuzz/make_seeds.py`. It rewrites
-corpus/envelope/ from scratch. The requests of ../shared/spec/examples are included when
-that folder is there (it is beside the repository on a developer's machine).
+corpus/envelope/ from scratch. The requests of the official examples
+(crates/wire/tests/official/examples) are included.
 """
 
 import base64
@@ -20,7 +20,7 @@ import shutil
 
 HERE = pathlib.Path(__file__).resolve().parent
 OUT = HERE / "corpus" / "envelope"
-EXAMPLES = HERE.parents[2] / "shared" / "spec" / "examples"
+EXAMPLES = HERE.parents[1] / "crates" / "wire" / "tests" / "official" / "examples"
 
 PV = "io.modelcontextprotocol/protocolVersion"
 CC = "io.modelcontextprotocol/clientCapabilities"
@@ -121,15 +121,15 @@ def main():
     seeds["notification-no-params"] = seed('{"jsonrpc":"2.0","method":"x"}', version=None)
 
     # The spec's own example messages, headers derived from them.
-    if EXAMPLES.is_dir():
-        for path in sorted(EXAMPLES.glob("*/*.json")):
-            value = json.loads(path.read_text())
-            if not (isinstance(value, dict) and value.get("jsonrpc") == "2.0" and "method" in value):
-                continue
-            method = value["method"]
-            params = value.get("params") if isinstance(value.get("params"), dict) else {}
-            version = (params.get("_meta") or {}).get(PV, VERSION)
-            seeds["spec-" + path.stem] = seed(path.read_bytes(), version=version, method=method, name=name_of(method, params))
+    assert EXAMPLES.is_dir(), f"{EXAMPLES} is missing"
+    for path in sorted(EXAMPLES.glob("*/*.json")):
+        value = json.loads(path.read_text())
+        if not (isinstance(value, dict) and value.get("jsonrpc") == "2.0" and "method" in value):
+            continue
+        method = value["method"]
+        params = value.get("params") if isinstance(value.get("params"), dict) else {}
+        version = (params.get("_meta") or {}).get(PV, VERSION)
+        seeds["spec-" + path.stem] = seed(path.read_bytes(), version=version, method=method, name=name_of(method, params))
 
     # Bad envelopes.
     for key, body in {

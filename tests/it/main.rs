@@ -18,7 +18,9 @@
 //!   their database. `cut_off`: workers whose database goes silent (a paused relay) stop
 //!   their runs in time, and the long-lived connections notice a dead peer within
 //!   seconds. `wakeups`: one notification wakes one idle worker process. `smoke`,
-//!   `benches`: the demo sequence and the benchmarks still run.
+//!   `benches`: the demo sequence and the benchmarks still run. `skips`: the optional
+//!   groups (Node and PyPI packages, chromium) are skipped, with one line each, where what
+//!   they need is missing (`harness::optional`).
 
 mod attacks;
 mod auth;
@@ -38,6 +40,7 @@ mod protocol;
 mod push;
 mod reliability;
 mod sessions;
+mod skips;
 mod smoke;
 mod store;
 mod upstream;

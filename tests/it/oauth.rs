@@ -12,9 +12,9 @@ use mcp_tasks_client::{Client, ClientError, OAuth, OAuthConfig, tasks_capabiliti
 use mcp_tasks_server::KeySource;
 use serde_json::{Value, json};
 
-use crate::harness::TestApp;
 use crate::harness::jwt::Jwt;
 use crate::harness::oauth_as::{AuthServer, Browser};
+use crate::harness::{Need, TestApp, skip};
 
 /// Where the authorization server sends the browser back (never listened on: the
 /// [`Browser`] stops at the redirect and hands it to the client).
@@ -62,6 +62,9 @@ fn temp_store(name: &str) -> (std::path::PathBuf, TokenStore) {
 
 #[tokio::test]
 async fn a_401_leads_to_a_login_whose_token_the_replica_accepts_and_the_next_process_reuses() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[]).await;
     let app = protected_app(&auth).await;
     let (dir, store) = temp_store("login");
@@ -128,6 +131,9 @@ async fn a_401_leads_to_a_login_whose_token_the_replica_accepts_and_the_next_pro
 
 #[tokio::test]
 async fn a_refused_access_token_is_refreshed_without_a_new_authorization() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[]).await;
     let app = protected_app(&auth).await;
     let (dir, store) = temp_store("refresh");
@@ -185,6 +191,9 @@ async fn a_refused_access_token_is_refreshed_without_a_new_authorization() {
 
 #[tokio::test]
 async fn the_interactive_flow_receives_the_redirect_on_a_loopback_listener() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[]).await;
     let app = protected_app(&auth).await;
     let (dir, store) = temp_store("loopback");
@@ -243,6 +252,9 @@ async fn the_interactive_flow_receives_the_redirect_on_a_loopback_listener() {
 
 #[tokio::test]
 async fn a_machine_client_gets_its_token_by_the_client_credentials_grant() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth =
         AuthServer::start(&[("OAUTH_AS_MACHINE_CLIENT", "robot:robot-secret-robot-secret")]).await;
     let app = protected_app(&auth).await;

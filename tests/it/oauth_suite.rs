@@ -10,6 +10,7 @@ use mcp_tasks_client::{Client, ClientError, OAuth, OAuthConfig, OAuthError, task
 use serde_json::json;
 
 use crate::harness::suite_servers::{SuiteScenario, problems, status};
+use crate::harness::{Need, skip};
 
 fn client(url: &str) -> Client {
     let config = OAuthConfig::new("mcp-tasks tests");
@@ -20,6 +21,9 @@ fn client(url: &str) -> Client {
 
 #[tokio::test]
 async fn a_403_insufficient_scope_reauthorizes_for_the_union_of_held_and_challenged_scopes() {
+    if skip(Need::ConformanceSuite).await {
+        return;
+    }
     let suite = SuiteScenario::start("auth/scope-step-up").await;
     let client = client(&suite.url);
     let tools = client
@@ -49,6 +53,9 @@ async fn a_403_insufficient_scope_reauthorizes_for_the_union_of_held_and_challen
 
 #[tokio::test]
 async fn a_scope_that_is_never_granted_stops_after_one_authorization() {
+    if skip(Need::ConformanceSuite).await {
+        return;
+    }
     let suite = SuiteScenario::start("auth/scope-retry-limit").await;
     let refused = client(&suite.url)
         .list_tools()
@@ -69,6 +76,9 @@ async fn a_scope_that_is_never_granted_stops_after_one_authorization() {
 
 #[tokio::test]
 async fn a_new_authorization_server_gets_a_new_registration() {
+    if skip(Need::ConformanceSuite).await {
+        return;
+    }
     let suite = SuiteScenario::start("auth/authorization-server-migration").await;
     let client = client(&suite.url);
     client
@@ -96,6 +106,9 @@ async fn a_new_authorization_server_gets_a_new_registration() {
 
 #[tokio::test]
 async fn an_authorization_response_from_another_issuer_is_discarded() {
+    if skip(Need::ConformanceSuite).await {
+        return;
+    }
     for (scenario, check) in [
         (
             "auth/iss-wrong-issuer",
@@ -125,6 +138,9 @@ async fn an_authorization_response_from_another_issuer_is_discarded() {
 
 #[tokio::test]
 async fn metadata_naming_another_resource_or_issuer_is_not_used() {
+    if skip(Need::ConformanceSuite).await {
+        return;
+    }
     let suite = SuiteScenario::start("auth/resource-mismatch").await;
     let refused = client(&suite.url)
         .list_tools()

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 
 use crate::harness::http::{self, Request};
 use crate::harness::procs::Proc;
-use crate::harness::{TestApp, TestDb, eventually};
+use crate::harness::{Need, TestApp, TestDb, eventually, skip};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -56,6 +56,9 @@ async fn get(url: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_restarts() {
+    if skip(Need::LocalPostgres).await {
+        return;
+    }
     let (mut db, pool) = own_database().await;
     let env = [
         ("MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", "1000"),
@@ -505,6 +508,9 @@ async fn running(pool: &PgPool, id: uuid::Uuid) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed_worker_does() {
+    if skip(Need::LocalPostgres).await {
+        return;
+    }
     let (mut db, pool) = own_database().await;
     let store = Store::connect(db.url(), &PoolConfig::default())
         .await

@@ -1,4 +1,4 @@
-//! `mcp-tasks demo`: the lessons' sequence against a server running the `demo` pack.
+//! `mcp-tasks demo`: the demo sequence against a server running the `demo` pack.
 
 use std::io::Write;
 use std::time::Duration;

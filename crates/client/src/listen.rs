@@ -1,24 +1,30 @@
 //! `subscriptions/listen`: the response is an SSE stream of JSON-RPC messages.
 
-use std::collections::VecDeque;
+use std::pin::Pin;
 
+use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
+use sse_stream::{Sse, SseStream};
 
 use crate::transport::{Answer, Outgoing};
 use crate::{Client, ClientError, Exchange};
 
+/// The events of an SSE body, parsed by `sse-stream`: lines are split as bytes and
+/// decoded whole, so a character split across two chunks arrives intact.
+type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
+
 /// An open listen stream. Frames arrive in order; the last one is the listen result.
 pub struct Subscription {
-    response: reqwest::Response,
-    buffer: String,
-    frames: VecDeque<Value>,
+    status: reqwest::StatusCode,
+    headers: reqwest::header::HeaderMap,
+    events: Events,
     done: bool,
 }
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription")
-            .field("status", &self.response.status())
+            .field("status", &self.status)
             .field("done", &self.done)
             .finish_non_exhaustive()
     }
@@ -67,60 +73,51 @@ impl Client {
 
 impl Subscription {
     /// Reads the SSE stream of `response`.
-    pub(crate) fn from_response(response: reqwest::Response) -> Self {
+    pub(crate) fn from_response(mut response: reqwest::Response) -> Self {
+        let status = response.status();
+        let headers = std::mem::take(response.headers_mut());
         Self {
-            response,
-            buffer: String::new(),
-            frames: VecDeque::new(),
+            status,
+            headers,
+            events: Box::pin(SseStream::from_bytes_stream(response.bytes_stream())),
             done: false,
         }
     }
 
     /// Response headers.
     pub fn headers(&self) -> &reqwest::header::HeaderMap {
-        self.response.headers()
+        &self.headers
     }
 
     /// The next JSON-RPC message, or `None` when the server closed the stream.
     pub async fn next(&mut self) -> Result<Option<Value>, ClientError> {
-        loop {
-            if let Some(frame) = self.frames.pop_front() {
-                return Ok(Some(frame));
-            }
-            if self.done {
-                return Ok(None);
-            }
-            match self.response.chunk().await? {
-                Some(bytes) => {
-                    self.buffer.push_str(&String::from_utf8_lossy(&bytes));
-                    if self.buffer.contains('\r') {
-                        // SSE lines may end in CRLF, CR or LF.
-                        self.buffer = self.buffer.replace("\r\n", "\n").replace('\r', "\n");
-                    }
-                    self.parse_events()?;
-                }
-                None => self.done = true,
-            }
-        }
-    }
-
-    fn parse_events(&mut self) -> Result<(), ClientError> {
-        while let Some(end) = self.buffer.find("\n\n") {
-            let event: String = self.buffer.drain(..end + 2).collect();
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|line| line.strip_prefix("data:"))
-                .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                .collect();
-            // Comment-only events (keep-alives) carry no data.
-            if data.is_empty() {
-                continue;
-            }
-            let message = serde_json::from_str(&data.join("\n")).map_err(|e| {
-                ClientError::Unexpected(format!("an SSE event is not JSON ({e}): {event:?}"))
+        while !self.done {
+            let Some(event) = self.events.next().await else {
+                self.done = true;
+                break;
+            };
+            let event = event.map_err(|e| {
+                self.done = true;
+                stream_error(e)
             })?;
-            self.frames.push_back(message);
+            // Comment-only events (keep-alives) carry no data.
+            let Some(data) = event.data else { continue };
+            let message = serde_json::from_str(&data).map_err(|e| {
+                ClientError::Unexpected(format!("an SSE event is not JSON ({e}): {data:?}"))
+            })?;
+            return Ok(Some(message));
         }
-        Ok(())
+        Ok(None)
+    }
+}
+
+/// The transport's own error as it was; anything else is a stream that is not SSE.
+fn stream_error(error: sse_stream::Error) -> ClientError {
+    match error {
+        sse_stream::Error::Body(e) => match e.downcast::<reqwest::Error>() {
+            Ok(e) => ClientError::Http(*e),
+            Err(e) => ClientError::Unexpected(format!("reading the event stream: {e}")),
+        },
+        e => ClientError::Unexpected(format!("the server's event stream is not valid SSE: {e}")),
     }
 }

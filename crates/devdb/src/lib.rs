@@ -50,10 +50,16 @@ impl DevDatabase {
         Self::start_with(true)
     }
 
+    /// Whether [`DevDatabase::start`] can work on this machine: the server binaries are
+    /// there and, as root, a `postgres` user to run them as. The error says what is not.
+    pub fn can_start() -> anyhow::Result<()> {
+        bindir()?;
+        run_as_user()?;
+        Ok(())
+    }
+
     fn start_with(watch_parent: bool) -> anyhow::Result<Self> {
-        let bin = find_bindir().context(
-            "no PostgreSQL server binaries found (looked in PATH, `pg_config --bindir` and /usr/lib/postgresql/*/bin); install PostgreSQL or set DATABASE_URL",
-        )?;
+        let bin = bindir()?;
         let run_as = run_as_user()?;
 
         let dir = std::env::temp_dir().join(format!(
@@ -222,6 +228,12 @@ fn stop(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+fn bindir() -> anyhow::Result<PathBuf> {
+    find_bindir().context(
+        "no PostgreSQL server binaries found (looked in PATH, `pg_config --bindir` and /usr/lib/postgresql/*/bin); install PostgreSQL or set DATABASE_URL",
+    )
 }
 
 fn find_bindir() -> Option<PathBuf> {

@@ -1,6 +1,6 @@
-//! The tool API against the official MCP material in `shared/spec`: the official tool
-//! descriptors register, our own packs' descriptors and input requests are valid under
-//! the core schema, and the official answers to input requests are accepted.
+//! The tool API against the official MCP material (`crates/wire/tests/official`): the
+//! official tool descriptors register, our own packs' descriptors and input requests are
+//! valid under the core schema, and the official answers to input requests are accepted.
 
 #[path = "../../wire/tests/official/mod.rs"]
 mod official;

@@ -3,10 +3,10 @@
 //! This crate does no I/O. It turns bytes and header values into typed messages and back,
 //! builds the results and notifications the server sends, and names every constant the
 //! rest of the service must agree on. `tests/spec.rs` checks it against the official MCP
-//! material in `shared/spec`: what it builds (tasks in every status, task notifications,
-//! the listen acknowledgement and result, discover, lists, input-required results, every
-//! error code) is valid under the core and Tasks extension JSON Schemas, and every
-//! official request, notification, response and error example reads through it.
+//! material copied into `tests/official`: what it builds (tasks in every status, task
+//! notifications, the listen acknowledgement and result, discover, lists, input-required
+//! results, every error code) is valid under the core and Tasks extension JSON Schemas,
+//! and every official request, notification, response and error example reads through it.
 
 pub mod error;
 pub mod headers;

@@ -1,4 +1,4 @@
-//! The wire crate against the official MCP material in `shared/spec`: everything it
+//! The wire crate against the official MCP material (`tests/official`): everything it
 //! produces is valid under the official JSON Schemas (the 2026-07-28 core and the Tasks
 //! extension), and every official example it should read, it reads.
 

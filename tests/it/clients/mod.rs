@@ -27,9 +27,12 @@ fn clients_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
 }
 
-/// The installed libraries (`<cache>/ts/node_modules`, `<cache>/py`).
+/// The installed libraries (`<cache>/ts/node_modules`, `<cache>/py`). A test calls it
+/// after `skip(Need::ClientLibraries)`, which found them.
 async fn installed() -> PathBuf {
-    harness::installed("clients/setup").await
+    harness::installed("clients/setup")
+        .await
+        .unwrap_or_else(|why| panic!("the client libraries: {why}"))
 }
 
 /// Two replicas sharing one state key and one database, a worker, and the proxy.

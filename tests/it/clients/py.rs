@@ -6,9 +6,13 @@ use super::{
     Fleet, assert_increasing, assert_spread, call_and_answer, clients_dir, installed, messages,
     run_client,
 };
+use crate::harness::{Need, skip};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_runs_every_tool_over_two_replicas() {
+    if skip(Need::ClientLibraries).await {
+        return;
+    }
     let cache = installed().await;
     let fleet = Fleet::start().await;
     let mut command = tokio::process::Command::new(cache.join("py").join("bin").join("python"));

@@ -1,7 +1,7 @@
 //! The console in a real browser: Debian's `chromium`, headless, driven over WebDriver
 //! (`fantoccini`) through `chromedriver`, against a real `mcp-tasks serve --console` with
 //! bearer JWTs and a real `mcp-tasks worker` on a fresh database. `tests/browser/setup`
-//! installs both programs when they are missing, so `cargo test` alone works.
+//! installs both programs (as root); without them the tests are skipped.
 //!
 //! Every test has a chromedriver of its own, started in a process group of its own and
 //! killed with it on drop (which takes the browser along), and a throwaway profile. Every
@@ -20,12 +20,12 @@ use mcp_tasks_client::Client as McpClient;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::harness::TestDb;
 use crate::harness::jwt::{self, TempDir};
 use crate::harness::oauth_as::AuthServer;
 use crate::harness::procs::Proc;
+use crate::harness::{Need, TestDb, skip};
 
 /// How long anything in the browser may take: generous, for a loaded 2-core machine.
 pub(super) const PATIENCE: Duration = Duration::from_secs(60);
@@ -39,38 +39,23 @@ struct Programs {
     chromedriver: String,
 }
 
-/// Runs `tests/browser/setup` once per test process (the script itself is safe across
-/// processes) and reads the programs' paths from what it prints.
-async fn programs() -> &'static Programs {
-    static PROGRAMS: OnceCell<Programs> = OnceCell::const_new();
-    PROGRAMS
-        .get_or_init(|| async {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser/setup");
-            let out = Command::new(&script)
-                .stdin(Stdio::null())
-                .stderr(Stdio::inherit())
-                .output()
-                .await
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-            assert!(
-                out.status.success(),
-                "{} failed (it installs Debian's chromium and chromium-driver with apt-get, as root)",
-                script.display()
-            );
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let path = |key: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(key))
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .unwrap_or_else(|| panic!("no {key} line in what browser/setup printed: {text}"))
-                    .to_owned()
-            };
-            Programs {
-                chromium: path("chromium="),
-                chromedriver: path("chromedriver="),
-            }
-        })
+/// What `tests/browser/setup --check` found (it installs nothing: `tests/setup` and CI
+/// do), read from what it printed. A test calls it after `skip(Need::Browser)`.
+async fn programs() -> Programs {
+    let text = crate::harness::install::printed("browser/setup", &["--check"])
         .await
+        .unwrap_or_else(|why| panic!("the browser: {why}"));
+    let path = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {key} line in what browser/setup printed: {text}"))
+            .to_owned()
+    };
+    Programs {
+        chromium: path("chromium="),
+        chromedriver: path("chromedriver="),
+    }
 }
 
 /// A chromedriver on a free port (it picks one with `--port=0` and says which). Killed,
@@ -509,6 +494,9 @@ pub(super) fn http() -> reqwest::Client {
 /// with its driver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_harness_reads_pages_tells_reloads_and_takes_screenshots() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let browser = Browser::open("").await;
     let page = "data:text/html,<title>t</title><p id=s>working</p>\
         <script>setTimeout(() => document.getElementById('s').textContent = 'done', 300)</script>";

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::browser::{Browser, Console, PATIENCE, WORKER_ID, http};
 use crate::harness::fixtures::{self, create_task, new_task};
-use crate::harness::status;
+use crate::harness::{Need, skip, status};
 
 /// What a person sees of the page at `path` (the requested id written as `<id>`), and
 /// the HTTP status and `<title>` the same session gets for it.
@@ -39,6 +39,9 @@ async fn seen(browser: &Browser, path: &str, id: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_principals_or_another_tenants_task_is_the_same_page_as_an_unknown_id() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let console = Console::start().await;
     // No worker: alice's task stays `working`.
     let alice = console.client("alice", "acme");
@@ -135,6 +138,9 @@ async fn form_of(browser: &Browser, form: &str) -> (String, String, Vec<(String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let mut console = Console::start().await;
     console.start_worker();
     let alice = console.client("alice", "acme");
@@ -230,6 +236,9 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_list_inbox_and_health_pages_show_the_principals_tasks() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let mut console = Console::start().await;
     // Enough finished tasks for a second page, older than the two of interest.
     let owner = Owner::new("acme", "alice");

@@ -9,12 +9,15 @@ use serde_json::json;
 use super::browser::{Browser, Console, PATIENCE, WORKER_ID};
 use crate::harness::fixtures::{self, create_task, new_task};
 use crate::harness::oauth_as::AuthServer;
-use crate::harness::status;
+use crate::harness::{Need, skip, status};
 
 const ANSWER: &str = "form.task-answer[data-key=\"approve_outline\"]";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_shows_it_complete() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let mut console = Console::start().await;
     let alice = console.client("alice", "acme");
     let browser = Browser::open(&console.origin).await;
@@ -114,6 +117,9 @@ async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_sho
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_declines_an_input_request_through_the_form() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let mut console = Console::start().await;
     console.start_worker();
     let alice = console.client("alice", "acme");
@@ -148,6 +154,9 @@ async fn console_declines_an_input_request_through_the_form() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_cancels_a_running_task_from_its_page() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let mut console = Console::start().await;
     console.start_worker();
     let alice = console.client("alice", "acme");
@@ -191,6 +200,9 @@ async fn console_cancels_a_running_task_from_its_page() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_signs_in_with_oauth_and_pkce_through_the_authorization_server() {
+    if skip(Need::Browser).await || skip(Need::AuthServer).await {
+        return;
+    }
     // The test authorization server: every login is alice of tenant acme.
     let server = AuthServer::start(&[]).await;
     let console = Console::start_oauth(&server).await;
@@ -246,6 +258,9 @@ async fn console_signs_in_with_oauth_and_pkce_through_the_authorization_server()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_tasks_list_and_inbox_change_live_without_a_reload() {
+    if skip(Need::Browser).await {
+        return;
+    }
     let mut console = Console::start().await;
     let alice = console.client("alice", "acme");
     let browser = Browser::open(&console.origin).await;

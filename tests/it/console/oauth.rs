@@ -4,13 +4,16 @@
 //! API's authenticator.
 
 use super::text_of;
-use crate::harness::TestApp;
 use crate::harness::jwt::Jwt;
 use crate::harness::oauth_as::AuthServer;
+use crate::harness::{Need, TestApp, skip};
 use mcp_tasks_server::{ConsoleConfig, KeySource};
 
 #[tokio::test]
 async fn signing_in_with_oauth_and_pkce_through_the_real_authorization_server() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[]).await;
     let issuer = auth.issuer.clone();
     let jwt = Jwt::new(KeySource::JwksUrl(auth.jwks_url()))

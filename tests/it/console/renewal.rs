@@ -14,9 +14,9 @@ use mcp_tasks_server::KeySource;
 use reqwest::cookie::CookieStore;
 
 use super::{console_on, text_of};
-use crate::harness::TestApp;
 use crate::harness::jwt::Jwt;
 use crate::harness::oauth_as::AuthServer;
+use crate::harness::{Need, TestApp, skip};
 
 const ACCESS_TTL: Duration = Duration::from_secs(2);
 
@@ -150,6 +150,9 @@ async fn with_cookie(origin: &str, cookie: &str) -> (Result<String, String>, Opt
 
 #[tokio::test]
 async fn an_oauth_session_goes_on_past_the_expiry_of_its_access_tokens() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[("OAUTH_AS_ACCESS_TTL", "2")]).await;
     let app = app(&auth).await;
     let browser = Browser::sign_in(&app).await;
@@ -177,6 +180,9 @@ async fn an_oauth_session_goes_on_past_the_expiry_of_its_access_tokens() {
 
 #[tokio::test]
 async fn requests_renewing_at_once_share_one_renewal_of_the_rotated_refresh_token() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[("OAUTH_AS_ACCESS_TTL", "2")]).await;
     let app = app(&auth).await;
     let browser = Browser::sign_in(&app).await;
@@ -210,6 +216,9 @@ async fn requests_renewing_at_once_share_one_renewal_of_the_rotated_refresh_toke
 
 #[tokio::test]
 async fn a_session_that_cannot_be_renewed_ends_at_the_sign_in_page_with_the_reason() {
+    if skip(Need::AuthServer).await {
+        return;
+    }
     let auth = AuthServer::start(&[("OAUTH_AS_ACCESS_TTL", "2")]).await;
     let app = app(&auth).await;
     let revoked = Browser::sign_in(&app).await;

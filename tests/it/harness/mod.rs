@@ -2,7 +2,8 @@
 //! crates (and [`TestApp`], which brings up several of them on one database), one HTTP
 //! helper for raw requests ([`http`]: reqwest, bare TCP, the router in process, SSE), one
 //! helper for real `mcp-tasks` processes with a scrubbed environment ([`procs`]), on-demand
-//! installs of third-party programs ([`installed`]), and fixture builders for the usual
+//! installs of third-party programs ([`installed`]) and the skips of the test groups that
+//! need them when they are missing ([`optional`]), and fixture builders for the usual
 //! set-ups ([`fixtures`], [`jwt`]).
 
 pub(crate) mod app;
@@ -10,9 +11,10 @@ mod container;
 pub(crate) mod db;
 pub(crate) mod fixtures;
 pub(crate) mod http;
-mod install;
+pub(crate) mod install;
 pub(crate) mod jwt;
 pub(crate) mod oauth_as;
+pub(crate) mod optional;
 pub(crate) mod procs;
 pub(crate) mod relay;
 pub(crate) mod replica;
@@ -30,6 +32,7 @@ use serde_json::Value;
 pub(crate) use app::TestApp;
 pub(crate) use db::TestDb;
 pub(crate) use install::installed;
+pub(crate) use optional::{Need, skip};
 pub(crate) use replica::{Replica, Worker};
 
 pub(crate) fn server_info() -> Implementation {

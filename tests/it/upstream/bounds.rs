@@ -8,6 +8,7 @@
 //!   only if it is something we offered upstreams (no URL-mode elicitation, no sampling
 //!   with tools): `tests/upstreams/raw.py` sends what an SDK would not.
 
+use crate::harness::{Need, skip};
 use std::time::Duration;
 
 use mcp_tasks_client::Client;
@@ -37,6 +38,9 @@ async fn http_probe(port: u16, label: &str) -> tokio::process::Child {
 
 #[tokio::test]
 async fn an_oversized_result_fails_its_call_at_once_and_the_connection_goes_on() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let argv = toml_list(&probe_argv(&[]).await);
     let port = free_port();
@@ -112,6 +116,9 @@ fn peak_kib(pid: u32) -> u64 {
 
 #[tokio::test]
 async fn a_long_stderr_line_is_logged_cut_short_and_never_held_whole() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let argv = toml_list(&probe_argv(&[]).await);
     let config = scratch.write(
@@ -148,6 +155,9 @@ async fn a_long_stderr_line_is_logged_cut_short_and_never_held_whole() {
 
 #[tokio::test]
 async fn at_most_1000_tools_are_taken_from_one_upstream() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let argv = toml_list(&probe_argv(&["--many", "1005"]).await);
     let config = scratch.write(
@@ -173,6 +183,9 @@ async fn at_most_1000_tools_are_taken_from_one_upstream() {
 
 #[tokio::test]
 async fn input_requests_reach_the_client_only_as_declared() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams/raw.py");
     let argv = toml_list(&[python().await, script.display().to_string()]);

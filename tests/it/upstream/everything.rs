@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{Fleet, Scratch, everything_argv, start_task, text_of, toml_list, wait_terminal};
 use crate::harness::procs::{self, Proc};
-use crate::harness::{TestDb, status};
+use crate::harness::{Need, TestDb, skip, status};
 
 fn config(transport: &str) -> String {
     format!(
@@ -162,6 +162,9 @@ async fn exercise(fleet: &Fleet) {
 
 #[tokio::test]
 async fn server_everything_over_stdio() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let argv = everything_argv("stdio").await;
     let path = scratch.write(
@@ -214,6 +217,9 @@ async fn start_http_everything(port: u16) -> tokio::process::Child {
 
 #[tokio::test]
 async fn server_everything_over_streamable_http_down_at_start() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let port = free_port();
     let path = scratch.write(
@@ -250,6 +256,9 @@ async fn server_everything_over_streamable_http_down_at_start() {
 
 #[tokio::test]
 async fn two_sources_exposing_one_name_refuse_to_start() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let db = TestDb::new().await;
     let scratch = Scratch::new();
     let argv = toml_list(&everything_argv("stdio").await);

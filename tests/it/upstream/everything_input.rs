@@ -15,7 +15,7 @@ use mcp_tasks_client::Client;
 
 use super::fastmcp_input::{asked, asked_for};
 use super::{Fleet, Scratch, everything_argv, start_task, text_of, toml_list, wait_terminal};
-use crate::harness::status;
+use crate::harness::{Need, skip, status};
 
 async fn setup(scratch: &Scratch) -> String {
     let argv = toml_list(&everything_argv("stdio").await);
@@ -38,6 +38,9 @@ timeout_ms = 120000
 
 #[tokio::test]
 async fn everything_elicitation_during_a_call_and_in_its_own_task() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;
@@ -110,6 +113,9 @@ async fn everything_elicitation_during_a_call_and_in_its_own_task() {
 
 #[tokio::test]
 async fn everything_sampling_reaches_only_a_client_that_declared_it() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{Fleet, Scratch, python, start_task, text_of, wait_terminal};
-use crate::harness::{eventually, status};
+use crate::harness::{Need, eventually, skip, status};
 
 const SERVER: &str = r#"
 import asyncio, os, sys
@@ -93,6 +93,9 @@ fn lines(path: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn fastmcp_cancellation_errors_and_crashes() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;
@@ -181,6 +184,9 @@ async fn fastmcp_cancellation_errors_and_crashes() {
 
 #[tokio::test]
 async fn a_worker_killed_mid_call_reruns_only_idempotent_tools() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let mut fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;
@@ -234,6 +240,9 @@ async fn a_worker_killed_mid_call_reruns_only_idempotent_tools() {
 /// connection skips the probe, and its tools appear.
 #[tokio::test]
 async fn an_upstream_slower_than_the_discovery_probe_is_reached() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let script = scratch.write("server.py", SERVER);
     let slow = scratch.write(

@@ -13,7 +13,7 @@ use mcp_tasks_client::Client;
 use serde_json::{Value, json};
 
 use super::{Fleet, Scratch, official, python, start_task, text_of, wait_terminal};
-use crate::harness::{eventually, status};
+use crate::harness::{Need, eventually, skip, status};
 
 const SERVER: &str = r#"
 import asyncio, sys
@@ -144,6 +144,9 @@ fn property(task: &Value, key: &str) -> String {
 
 #[tokio::test]
 async fn fastmcp_input_requests_are_answered_through_tasks_update() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
     let other = fleet.add_replica().await;
@@ -196,6 +199,9 @@ async fn fastmcp_input_requests_are_answered_through_tasks_update() {
 
 #[tokio::test]
 async fn what_an_upstream_may_ask_is_bounded() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;
@@ -236,6 +242,9 @@ async fn what_an_upstream_may_ask_is_bounded() {
 
 #[tokio::test]
 async fn cancelling_a_task_waiting_for_input_reaches_the_upstream_tool() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;
@@ -283,6 +292,9 @@ async fn cancelling_a_task_waiting_for_input_reaches_the_upstream_tool() {
 
 #[tokio::test]
 async fn a_worker_killed_while_waiting_for_input_loses_the_call() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let mut fleet = Fleet::start(&setup(&scratch).await, 1).await;
     fleet.wait_reachable().await;

@@ -7,6 +7,7 @@
 //!   upstream sends with no call to relate them to, just after Alice's call ended, never
 //!   reach Bob's call that is open then; Bob's own elicitation still reaches Bob.
 
+use crate::harness::{Need, skip};
 use std::time::Duration;
 
 use mcp_tasks_client::Client;
@@ -25,6 +26,9 @@ const HEADER_SECRET: &str = "header-secret-that-must-stay-home";
 
 #[tokio::test]
 async fn a_stdio_upstream_sees_only_the_allowlist_inherit_env_and_env() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let argv = toml_list(&probe_argv(&[]).await);
     let config = scratch.write(
@@ -164,6 +168,9 @@ fn client_of(fleet: &Fleet, resource: &str, sub: &str) -> Client {
 
 #[tokio::test]
 async fn what_an_upstream_says_after_one_principals_call_never_reaches_anothers() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let argv = toml_list(&probe_argv(&["--legacy"]).await);
     let config = scratch.write(

@@ -26,9 +26,12 @@ use serde_json::Value;
 use crate::harness::{self, TestDb};
 use logged::Logged;
 
-/// The installed servers' folder (`node_modules/`, `py/`).
+/// The installed servers' folder (`node_modules/`, `py/`). A test calls it after
+/// `skip(Need::UpstreamServers)`, which found them.
 async fn installed() -> PathBuf {
-    harness::installed("upstreams/setup").await
+    harness::installed("upstreams/setup")
+        .await
+        .unwrap_or_else(|why| panic!("the upstream servers: {why}"))
 }
 
 /// `node <server-everything> <mode>` as an argv for the configuration file.

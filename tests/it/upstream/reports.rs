@@ -7,6 +7,7 @@
 //!   error: both carry a generic message with an id, which the log line with the
 //!   details carries too.
 
+use crate::harness::{Need, skip};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -28,6 +29,9 @@ fn upstream<'a>(ready: &'a Value, name: &str) -> Option<&'a Value> {
 
 #[tokio::test]
 async fn a_relisted_tool_never_takes_over_a_name() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     // Handshake-era, where the server says when its list changed.
     let first = toml_list(&probe_argv(&["--label", "first", "--legacy"]).await);
@@ -135,6 +139,9 @@ fn error_id(text: &str) -> String {
 
 #[tokio::test]
 async fn an_upstreams_raw_error_text_reaches_only_the_log() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let scratch = Scratch::new();
     let secret = "sekrit-query-value";
     // A port nobody listens on (bound and let go): an HTTP upstream never reached.

@@ -7,10 +7,13 @@ use serde_json::json;
 
 use super::{FAST_WORKER, Scratch, everything_argv, start_task, toml_list, wait_terminal};
 use crate::harness::procs::Proc;
-use crate::harness::{TestDb, status};
+use crate::harness::{Need, TestDb, skip, status};
 
 #[tokio::test]
 async fn two_workers_with_different_tools_each_run_their_own() {
+    if skip(Need::UpstreamServers).await {
+        return;
+    }
     let db = TestDb::new().await;
     let scratch = Scratch::new();
     let argv = toml_list(&everything_argv("stdio").await);

@@ -1,4 +1,4 @@
-//! `mcp-tasks demo`: the lessons' demo sequence against a running server.
+//! `mcp-tasks demo`: the demo sequence against a running server.
 
 use clap::Args;
 

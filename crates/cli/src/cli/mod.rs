@@ -74,7 +74,7 @@ enum Command {
     /// and restarted at random while tasks run; checks that no task is lost, finalized
     /// twice or overwritten, and measures how long a dead worker's task waits.
     Chaos(ChaosCommand),
-    /// Run the lessons' demo sequence against a server with the `demo` tool pack.
+    /// Run the demo sequence against a server with the `demo` tool pack.
     Demo(DemoCommand),
     #[command(flatten)]
     Client(ClientCommand),

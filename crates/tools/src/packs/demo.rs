@@ -1,4 +1,4 @@
-//! The lessons' `generate_report`: works for a while with a status message, asks the
+//! The demo's `generate_report`: works for a while with a status message, asks the
 //! user to approve an outline, then completes with text and `structuredContent`.
 //!
 //! Answers to `approve_outline`:

@@ -1,6 +1,7 @@
-//! The official MCP material in `shared/spec`: its JSON Schemas (the 2026-07-28 core and
-//! the Tasks extension) and its example messages. Also included by
-//! `crates/tools/tests/spec.rs`, which uses only part of it.
+//! The official MCP material, copied into this folder (`README.md` names its sources and
+//! revisions): its JSON Schemas (the 2026-07-28 core and the Tasks extension) and its
+//! example messages. Also included by `crates/tools/tests/spec.rs` and `tests/it/upstream`,
+//! which use only part of it.
 #![allow(
     dead_code,
     reason = "each test crate that includes this uses part of it"
@@ -10,23 +11,20 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// Where `shared/spec` is: the nearest ancestor of this crate with `shared/spec/schema`
-/// in it (a worktree at /work/wt/<name>, the main checkout at /work/main, a CI checkout
-/// with `shared/` beside it), else /work/shared/spec. Missing, it fails the test that
-/// asked: a check against the spec that cannot find the spec has not passed.
+/// This folder. The crates that include this file sit at different depths of the
+/// workspace, so it is found from the including crate's manifest upwards.
 pub(crate) fn dir() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let found = manifest
         .ancestors()
-        .map(|a| a.join("shared/spec"))
-        .find(|d| d.join("schema").is_dir())
-        .unwrap_or_else(|| PathBuf::from("/work/shared/spec"));
-    assert!(
-        found.join("schema").is_dir(),
-        "the official MCP spec material is missing: no shared/spec/schema above {} and no /work/shared/spec/schema; these tests check the wire format against it and cannot pass without it",
-        manifest.display()
-    );
-    found
+        .map(|a| a.join("crates/wire/tests/official"))
+        .find(|d| d.join("schema").is_dir());
+    found.unwrap_or_else(|| {
+        panic!(
+            "the official MCP material (crates/wire/tests/official/schema) is not in the workspace above {}",
+            manifest.display()
+        )
+    })
 }
 
 fn read_json(path: &Path) -> Value {

@@ -1,5 +1,6 @@
-//! The Tasks extension's fixtures (`../shared/spec/WIRE.md` §5.3) and the diagnostics of
-//! the suite's `server-stateless` scenario.
+//! The fixtures the conformance suite's Tasks extension scenarios call by name (`greet`,
+//! `slow_compute`, `failing_job`, `confirm_delete`, ...) and the diagnostics of the suite's
+//! `server-stateless` scenario.
 
 use std::time::Duration;
 
