@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use mcp_tasks_tools::{Outcome, Tool, ToolContext, ToolError, ToolResult};
 use mcp_tasks_wire::{ErrorObject, codes};
-use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
     ClientRequest, ServerResult,
@@ -14,6 +13,7 @@ use rmcp::model::{
 use rmcp::service::{PeerRequestOptions, RoleClient};
 use serde_json::{Value, json};
 
+use crate::call::{Failure, call_params, failure};
 use crate::config::ToolSettings;
 use crate::connection::{Connection, error_id};
 use crate::input::{Asked, Budget};
@@ -69,19 +69,6 @@ pub(crate) fn tool(
             async move { forward(&conn, &upstream_name, settings, ctx).await }
         })
         .build()
-}
-
-pub(crate) enum Failure {
-    /// The upstream answered with a JSON-RPC error.
-    Protocol(ErrorObject),
-    /// Never reached the upstream: no connection, or it broke before the request left.
-    NotSent(String),
-    /// The connection broke while the upstream had the call.
-    Lost,
-    /// The upstream's answer was larger than its `max_result_bytes` allows.
-    TooLarge,
-    TimedOut,
-    Interrupted,
 }
 
 async fn forward(
@@ -346,27 +333,6 @@ fn json_size(value: &Value) -> usize {
     }
 }
 
-/// What a failed request means for the call.
-pub(crate) fn failure(e: ServiceError) -> Failure {
-    match e {
-        ServiceError::McpError(e) => {
-            let mut error = ErrorObject::new(i64::from(e.code.0), e.message.to_string());
-            if let Some(data) = e.data {
-                error = error.with_data(data);
-            }
-            Failure::Protocol(error)
-        }
-        ServiceError::Timeout { .. } => Failure::TimedOut,
-        ServiceError::Cancelled { .. } => Failure::Interrupted,
-        // rmcp's HTTP limits (a JSON body, an SSE event) both say "exceeded the maximum
-        // size of N bytes"; the limits are ours (`max_result_bytes`).
-        ServiceError::TransportSend(e) if e.to_string().contains("exceeded the maximum size") => {
-            Failure::TooLarge
-        }
-        _ => Failure::Lost,
-    }
-}
-
 fn needs_task(result: &Value) -> bool {
     result["isError"] == json!(true)
         && result["content"][0]["text"]
@@ -406,27 +372,4 @@ fn progress_text(progress: f64, total: Option<f64>, message: Option<&str>) -> St
         Some(m) if !m.is_empty() => format!("{count}: {m}"),
         _ => count,
     }
-}
-
-/// `tools/call` params for the upstream, with `extra` merged in. The run's W3C trace
-/// context (`traceparent`, `tracestate`) goes in `_meta`, where MCP carries it, so the
-/// upstream's spans join the trace of the `tools/call` that created the task.
-pub(crate) fn call_params(tool: &str, ctx: &ToolContext, extra: Value) -> Value {
-    let mut params = json!({ "name": tool, "arguments": ctx.arguments() });
-    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-        params.extend(extra);
-        let trace: serde_json::Map<String, Value> = ctx
-            .trace_context()
-            .iter()
-            .filter(|(k, v)| {
-                matches!(k.as_str(), "traceparent" | "tracestate")
-                    && v.as_str().is_some_and(|v| !v.is_empty())
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if !trace.is_empty() {
-            params.insert("_meta".into(), Value::Object(trace));
-        }
-    }
-    params
 }

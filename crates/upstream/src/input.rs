@@ -16,7 +16,7 @@ use mcp_tasks_wire::{ErrorObject, codes};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use crate::forward::Failure;
+use crate::call::Failure;
 
 /// Largest input request (its JSON) an upstream may make.
 pub(crate) const MAX_REQUEST_BYTES: usize = 64 * 1024;

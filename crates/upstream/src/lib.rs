@@ -4,6 +4,7 @@
 //! HTTP endpoint); each becomes a set of [`mcp_tasks_tools::Tool`]s whose handlers forward
 //! `tools/call` to the upstream, so the replicas and workers treat them like any other tool.
 
+mod call;
 mod catalog;
 pub mod config;
 mod connection;

@@ -18,8 +18,8 @@ use rmcp::model::{ClientRequest, CustomRequest};
 use rmcp::service::{PeerRequestOptions, RoleClient};
 use serde_json::{Value, json};
 
+use crate::call::{Failure, failure};
 use crate::connection::Connection;
-use crate::forward::{Failure, failure};
 use crate::input::{Asked, Budget};
 
 /// Polls no faster than this, whatever the upstream's `pollInterval` says.
@@ -36,7 +36,7 @@ pub(crate) async fn call(
     let created = request(
         peer,
         "tools/call",
-        crate::forward::call_params(tool, ctx, json!({ "task": { "ttl": ttl } })),
+        crate::call::call_params(tool, ctx, json!({ "task": { "ttl": ttl } })),
     )
     .await?;
     let Some(task_id) = created.pointer("/task/taskId").and_then(Value::as_str) else {
