@@ -21,6 +21,8 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 
+use crate::App;
+
 use self::args::Database;
 use self::bench::Bench;
 use self::chaos::ChaosCommand;
@@ -82,7 +84,14 @@ enum Command {
     Health(HealthCommand),
 }
 
-pub fn main() -> std::process::ExitCode {
+impl App {
+    /// Parses the command line and runs the subcommand; the process's exit code.
+    pub fn run(self) -> std::process::ExitCode {
+        main(&self)
+    }
+}
+
+fn main(app: &App) -> std::process::ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -110,7 +119,7 @@ pub fn main() -> std::process::ExitCode {
         eprintln!("mcp-tasks: {e:#}");
         return std::process::ExitCode::from(2);
     }
-    let outcome = runtime.block_on(run(cli.command));
+    let outcome = runtime.block_on(run(cli.command, app));
     // Spans still buffered are sent before the process exits (the runtime, which the
     // gRPC exporter runs on, is still up).
     if let Some(provider) = provider
@@ -131,7 +140,7 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
+async fn run(command: Command, app: &App) -> anyhow::Result<()> {
     // The client commands answer Ctrl-C themselves (cancel the task or detach).
     let shutdown = match &command {
         Command::Client(_) => tokio_util::sync::CancellationToken::new(),
@@ -139,9 +148,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
     };
     match command {
         Command::Migrate(database) => migrate::run(database).await,
-        Command::Serve(command) => serve::run(command, shutdown).await,
-        Command::Worker(command) => worker::run(command, shutdown).await,
-        Command::Dev(command) => dev::run(command, shutdown).await,
+        Command::Serve(command) => serve::run(command, app, shutdown).await,
+        Command::Worker(command) => worker::run(command, app, shutdown).await,
+        Command::Dev(command) => dev::run(command, app, shutdown).await,
         Command::Bench(bench) => bench::run(bench).await,
         Command::Chaos(command) => chaos::run(command, shutdown).await,
         Command::Demo(command) => demo::run(command).await,

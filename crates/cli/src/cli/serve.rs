@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
 use super::auth::AuthArgs;
+use crate::App;
 
 #[derive(Debug, Args)]
 pub(super) struct ServeCommand {
@@ -35,14 +36,18 @@ pub(super) struct ServeCommand {
     metrics_listen: Option<SocketAddr>,
 }
 
-pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(super) async fn run(
+    command: ServeCommand,
+    app: &App,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     command.server.refuse_unsafe()?;
     let store = command.database.connect().await?;
     if command.migrate {
         store.migrate().await.context("migrating")?;
     }
     let metrics = super::worker::install_metrics(&store)?;
-    let tools = command.tools.load().await?;
+    let tools = command.tools.load(app).await?;
     serve(
         store,
         tools.registry.clone(),

@@ -11,6 +11,7 @@ use mcp_tasks_worker::WorkerConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
+use crate::App;
 
 #[derive(Debug, Args)]
 pub(super) struct WorkerCommand {
@@ -22,7 +23,11 @@ pub(super) struct WorkerCommand {
     worker: WorkerArgs,
 }
 
-pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(super) async fn run(
+    command: WorkerCommand,
+    app: &App,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     // One connection per running handler at most (status writes, checkpoints), and a few
     // for the claim, heartbeat and maintenance loops.
     let connections =
@@ -30,12 +35,12 @@ pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> 
     let store = command.database.connect_at_least(connections).await?;
     let metrics = match command.worker.metrics_listen {
         Some(_) => install_metrics(&store)?,
-        None => return worker(store, &command, shutdown).await,
+        None => return worker(store, &command, app, shutdown).await,
     };
     with_metrics_listener(
         command.worker.metrics_listen,
         metrics,
-        worker(store.clone(), &command, shutdown),
+        worker(store.clone(), &command, app, shutdown),
     )
     .await?
 }
@@ -43,9 +48,10 @@ pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> 
 async fn worker(
     store: Store,
     command: &WorkerCommand,
+    app: &App,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let tools = command.tools.load().await?;
+    let tools = command.tools.load(app).await?;
     mcp_tasks_worker::run(
         store,
         tools.registry.clone(),
