@@ -118,7 +118,7 @@ impl Fleet {
             config: config.to_owned(),
         };
         for _ in 0..workers {
-            fleet.add_worker();
+            fleet.add_worker().await;
         }
         fleet
     }
@@ -173,10 +173,11 @@ impl Fleet {
         .await
     }
 
-    fn add_worker(&mut self) {
+    async fn add_worker(&mut self) {
         let mut env = FAST_WORKER.to_vec();
         env.push(("MCP_TASKS_CONFIG", &self.config));
-        self.workers.push(Proc::worker(&self.db.url, "none", &env));
+        self.workers
+            .push(Proc::worker(&self.db.url, "none", &env).await);
     }
 
     fn client(&self) -> Client {

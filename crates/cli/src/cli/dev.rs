@@ -36,6 +36,7 @@ pub(super) async fn run(
     } = command;
     // The console is on in dev unless turned off.
     server.console.by_default = true;
+    server.ready.role = "dev";
     // Before a throwaway cluster is started for nothing.
     server.refuse_unsafe()?;
     let tools = tools.load(app).await?;
