@@ -9,7 +9,9 @@
 
 FROM rust:1-bookworm AS build
 # `-p mcp-tasks`: features are resolved for the binary alone, so crates only the tests use
-# (and their dependencies' features) do not change what the image compiles.
+# (and their dependencies' features) do not change what the image compiles, and the
+# harnesses (`bench`, `chaos`: the `harness` feature, which the test crate turns on) are
+# not in it (deploy/validate checks the image's binary with tests/checks/harness-not-shipped).
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates crates

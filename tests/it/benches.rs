@@ -1,16 +1,21 @@
 //! The benchmarks stay runnable: tiny runs of each, checking they report every figure.
 
+use std::time::Duration;
+
 use crate::harness::procs;
 
 fn database_url() -> String {
     crate::harness::db::server_url()
 }
 
-fn run(args: &[&str]) -> String {
+/// A benchmark run to its end (a generous bound: they measure for seconds at a time).
+async fn run(args: &[&str]) -> String {
     let url = database_url();
-    let out = procs::mcp_tasks(args, &[("DATABASE_URL", &url), ("MCP_TASKS_LOG", "warn")])
-        .output()
-        .expect("run the benchmark");
+    let out = procs::output(
+        procs::mcp_tasks(args, &[("DATABASE_URL", &url), ("MCP_TASKS_LOG", "warn")]),
+        Duration::from_secs(1800),
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -20,8 +25,8 @@ fn run(args: &[&str]) -> String {
     stdout
 }
 
-#[test]
-fn notify_cost_reports_every_design_and_the_ratio() {
+#[tokio::test]
+async fn notify_cost_reports_every_design_and_the_ratio() {
     let out = run(&[
         "bench",
         "notify-cost",
@@ -33,7 +38,8 @@ fn notify_cost_reports_every_design_and_the_ratio() {
         "0.3",
         "--rounds",
         "1",
-    ]);
+    ])
+    .await;
     for line in [
         "no trigger (baseline)",
         "ours, unwatched",
@@ -45,8 +51,8 @@ fn notify_cost_reports_every_design_and_the_ratio() {
     }
 }
 
-#[test]
-fn push_reports_latency_memory_and_ratios() {
+#[tokio::test]
+async fn push_reports_latency_memory_and_ratios() {
     let out = run(&[
         "bench",
         "push",
@@ -58,7 +64,8 @@ fn push_reports_latency_memory_and_ratios() {
         "200",
         "--idle-streams",
         "20",
-    ]);
+    ])
+    .await;
     for line in [
         "from commit returned",
         "of 60 changes",
@@ -70,9 +77,9 @@ fn push_reports_latency_memory_and_ratios() {
     }
 }
 
-#[test]
-fn console_reports_every_page_beside_its_baseline_and_every_plan() {
-    let out = run(&["bench", "console", "--short"]);
+#[tokio::test]
+async fn console_reports_every_page_beside_its_baseline_and_every_plan() {
+    let out = run(&["bench", "console", "--short"]).await;
     for line in [
         "console: loaded 20000 tasks",
         "console baseline (new connection + statement)",

@@ -107,7 +107,7 @@ async fn a_worker_cut_off_from_its_database_stops_its_run_before_the_lease_runs_
     let db = TestDb::new().await;
     let relay = Relay::to(&db.url).await;
     // The first worker reaches the database only through the relay.
-    let cut = Proc::worker(&relay.url(&db.url), "none", &env);
+    let cut = Proc::worker(&relay.url(&db.url), "none", &env).await;
     eventually(WAIT, "the first worker reaching its upstream", || async {
         (workers_with_tools(&db).await >= 1).then_some(())
     })
@@ -139,7 +139,7 @@ async fn a_worker_cut_off_from_its_database_stops_its_run_before_the_lease_runs_
     })
     .await;
     // A second worker, on the database directly, for when the lease has run out.
-    let other = Proc::worker(&db.url, "none", &env);
+    let other = Proc::worker(&db.url, "none", &env).await;
     eventually(WAIT, "the second worker reaching its upstream", || async {
         (workers_with_tools(&db).await >= 2).then_some(())
     })
@@ -223,7 +223,7 @@ async fn the_server_probes_the_duty_and_listen_connections_within_seconds() {
         .expect("url")
         .port()
         .expect("port");
-    let worker = Proc::worker(db.url(), "conformance", &[("MCP_TASKS_POLL_MS", "200")]);
+    let worker = Proc::worker(db.url(), "conformance", &[("MCP_TASKS_POLL_MS", "200")]).await;
 
     for (name, longest) in [
         (DUTY_APPLICATION_NAME, 10.0),

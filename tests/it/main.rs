@@ -38,6 +38,7 @@ mod processes;
 mod properties;
 mod protocol;
 mod push;
+mod ready_line;
 mod reliability;
 mod sessions;
 mod skips;

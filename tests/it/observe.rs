@@ -193,7 +193,7 @@ async fn one_trace_spans_the_call_on_a_replica_and_the_run_on_a_worker() {
         .await;
     let id = task_id(&created.result("tools/call", &json!(1)));
     // The worker starts later, in another process: all it has is the stored context.
-    let _worker = Proc::worker(&db.url, PACK, &borrowed(&worker_env));
+    let _worker = Proc::worker(&db.url, PACK, &borrowed(&worker_env)).await;
     eventually(Duration::from_secs(30), "the task to complete", || async {
         (db.count_tasks(&format!("id = '{id}' AND status = 'completed'"))
             .await
@@ -342,7 +342,7 @@ async fn metrics_move_when_tasks_are_created_claimed_and_finished() {
     // A worker claims and finishes them.
     let worker_listen = free_port();
     let listen_env = worker_listen.to_string();
-    let _worker = Proc::worker(&db.url, PACK, &[("MCP_TASKS_METRICS_LISTEN", &listen_env)]);
+    let _worker = Proc::worker(&db.url, PACK, &[("MCP_TASKS_METRICS_LISTEN", &listen_env)]).await;
     let worker_metrics = format!("http://{worker_listen}/metrics");
     let worker = wait_metrics(&http, &worker_metrics, "three finished runs", |m| {
         series(
@@ -411,32 +411,27 @@ async fn metrics_move_when_tasks_are_created_claimed_and_finished() {
 
 /// A process whose log lines the test reads.
 struct Logged {
-    _child: tokio::process::Child,
+    process: mcp_tasks_spawn::Process,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Logged {
-    fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
-        use tokio::io::AsyncBufReadExt;
-        let mut cmd = tokio::process::Command::from(crate::harness::procs::mcp_tasks(args, env));
-        cmd.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawning mcp-tasks");
-        let stderr = child.stderr.take().expect("stderr");
+    /// Starts `mcp-tasks args…`; returns once it is ready.
+    async fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
-        tokio::spawn(async move {
-            let mut reader = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
+        let process = crate::harness::procs::mcp_tasks(args, env)
+            .logs(mcp_tasks_spawn::Logs::To(Arc::new(move |_, line: &str| {
                 eprintln!("{line}");
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-            }
-        });
-        Self {
-            _child: child,
-            lines,
-        }
+                sink.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(line.to_owned());
+            })))
+            .ready_within(Duration::from_secs(60))
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self { process, lines }
     }
 
     fn lines(&self) -> Vec<String> {
@@ -478,19 +473,15 @@ async fn json_log_lines_name_the_task_tool_and_trace_and_never_the_data() {
             "json",
         ],
         &borrowed(&replica_env),
-    );
-    let addr = eventually(Duration::from_secs(30), "the replica to listen", || async {
-        replica
-            .lines()
-            .iter()
-            .find_map(|l| crate::harness::procs::listening_address(l))
-    })
+    )
     .await;
+    let addr = replica.process.listen().expect("a replica's address");
     // The worker exports nothing: its lines carry the trace id stored with the task.
     let worker = Logged::start(
         &["worker", "--tools", PACK, "--log-format", "json"],
         &[("DATABASE_URL", &db.url)],
-    );
+    )
+    .await;
 
     let trace = "0af7651916cd43dd8448eb211c80319c";
     let secret = "label-nobody-may-log-7d1e";
@@ -545,18 +536,23 @@ async fn lost_leases_reclaims_and_crash_recovery_are_counted() {
     let http = client();
     // Short leases, so a lapse takes a second.
     let worker = |listen: &str| {
-        Proc::worker(
-            &db.url,
-            PACK,
-            &[
-                ("MCP_TASKS_METRICS_LISTEN", listen),
-                ("MCP_TASKS_LEASE_MS", "900"),
-                ("MCP_TASKS_POLL_MS", "100"),
-            ],
-        )
+        let listen = listen.to_owned();
+        let url = db.url.clone();
+        async move {
+            Proc::worker(
+                &url,
+                PACK,
+                &[
+                    ("MCP_TASKS_METRICS_LISTEN", &listen),
+                    ("MCP_TASKS_LEASE_MS", "900"),
+                    ("MCP_TASKS_POLL_MS", "100"),
+                ],
+            )
+            .await
+        }
     };
     let (listen_a, listen_b) = (free_port().to_string(), free_port().to_string());
-    let worker_a = worker(&listen_a);
+    let worker_a = worker(&listen_a).await;
     let (metrics_a, metrics_b) = (
         format!("http://{listen_a}/metrics"),
         format!("http://{listen_b}/metrics"),
@@ -580,7 +576,7 @@ async fn lost_leases_reclaims_and_crash_recovery_are_counted() {
     // reclaims the task, and A, woken, finds its lease gone and stops its run. A database
     // change alone would not do: a lapsed lease nobody claimed is taken back by its
     // holder's next heartbeat, by design.
-    let worker_b = worker(&listen_b);
+    let worker_b = worker(&listen_b).await;
     wait_metrics(&http, &metrics_b, "B serving metrics", |m| {
         series(m, "mcp_tasks_reclaims_total") == Some(0.0)
     })

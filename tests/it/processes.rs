@@ -183,7 +183,7 @@ async fn sigkilled_worker_is_replaced_and_the_task_completes() {
     let pool = db.pool.clone();
     let replica = Proc::serve(&db.url, PACK, &[]).await;
     let client = Client::with_tasks(replica.url());
-    let w1 = Proc::worker(&db.url, PACK, &worker_env("w1"));
+    let w1 = Proc::worker(&db.url, PACK, &worker_env("w1")).await;
 
     let (id, _) = create_task(&client, "slow_compute", json!({ "seconds": 3 })).await;
     let first = wait_row(
@@ -197,7 +197,7 @@ async fn sigkilled_worker_is_replaced_and_the_task_completes() {
     assert_eq!(first.attempt, 1, "{first:?}");
     w1.kill().await;
 
-    let _w2 = Proc::worker(&db.url, PACK, &worker_env("w2"));
+    let _w2 = Proc::worker(&db.url, PACK, &worker_env("w2")).await;
     let second = wait_row(
         &pool,
         &id,
@@ -256,7 +256,7 @@ async fn sigterm_releases_a_long_task() {
             ("MCP_TASKS_SHUTDOWN_GRACE_MS", "500"),
         ]
     };
-    let w1 = Proc::worker(&db.url, PACK, &long_lease("w1"));
+    let w1 = Proc::worker(&db.url, PACK, &long_lease("w1")).await;
     let (id, _) = create_task(&client, "slow_compute", json!({ "seconds": 60 })).await;
     wait_row(
         &pool,
@@ -286,7 +286,7 @@ async fn sigterm_releases_a_long_task() {
     );
     assert!(row.finished_at.is_none(), "{row:?}");
 
-    let _w2 = Proc::worker(&db.url, PACK, &long_lease("w2"));
+    let _w2 = Proc::worker(&db.url, PACK, &long_lease("w2")).await;
     let taken = wait_row(
         &pool,
         &id,
@@ -310,7 +310,8 @@ async fn sigterm_finishes_a_short_task() {
         &db.url,
         PACK,
         &[("MCP_TASKS_WORKER_ID", "w3"), ("MCP_TASKS_POLL_MS", "100")],
-    );
+    )
+    .await;
     let (id, _) = create_task(&client, "slow_compute", json!({ "seconds": 1 })).await;
     let running = wait_row(
         &pool,
@@ -353,7 +354,8 @@ async fn cancel_working_input_required_and_terminal() {
             ("MCP_TASKS_POLL_MS", "100"),
             ("MCP_TASKS_CONCURRENCY", "1"),
         ],
-    );
+    )
+    .await;
 
     // A working task: the handler is told and stops.
     let (slow, _) = create_task(&client, "slow_compute", json!({ "seconds": 60 })).await;
@@ -453,7 +455,7 @@ async fn partial_update_with_two_keys_and_reused_key_is_ignored() {
     let db = TestDb::new().await;
     let replica = Proc::serve(&db.url, PACK, &[]).await;
     let client = Client::with_tasks(replica.url());
-    let _worker = Proc::worker(&db.url, PACK, &worker_env("w1"));
+    let _worker = Proc::worker(&db.url, PACK, &worker_env("w1")).await;
 
     let (id, _) = create_task(&client, "multi_input", json!({})).await;
     let asking = client

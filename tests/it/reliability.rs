@@ -66,7 +66,7 @@ async fn a_database_outage_is_answered_with_503_and_everything_recovers_without_
         ("MCP_TASKS_POLL_MS", "200"),
     ];
     let replica = Proc::serve(db.url(), "conformance", &env).await;
-    let worker = Proc::worker(db.url(), "conformance", &env);
+    let worker = Proc::worker(db.url(), "conformance", &env).await;
     let client = Client::with_tasks(replica.url());
     let base = format!("http://{}", replica.addr.expect("addr"));
 
@@ -321,8 +321,8 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
         Proc::serve(&db.url, "conformance", &env).await,
     ];
     let mut workers = vec![
-        Proc::worker(&db.url, "conformance", &env),
-        Proc::worker(&db.url, "conformance", &env),
+        Proc::worker(&db.url, "conformance", &env).await,
+        Proc::worker(&db.url, "conformance", &env).await,
     ];
     let balancer = Balancer {
         urls: Arc::new(Mutex::new(replicas.iter().map(Proc::url).collect())),
@@ -423,7 +423,7 @@ async fn rolling_restarts_of_replicas_and_workers_lose_nothing() {
             old.terminate(Duration::from_secs(30)).await,
             "a worker did not exit cleanly on SIGTERM"
         );
-        workers.insert(i, Proc::worker(&db.url, "conformance", &env));
+        workers.insert(i, Proc::worker(&db.url, "conformance", &env).await);
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -516,7 +516,7 @@ async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed
         .await
         .expect("connect");
     let env = [("MCP_TASKS_LEASE_MS", "5000"), ("MCP_TASKS_POLL_MS", "200")];
-    let worker = Proc::worker(db.url(), "conformance", &env);
+    let worker = Proc::worker(db.url(), "conformance", &env).await;
     let owner = mcp_tasks_store::Owner::new("acme", "alice");
     let task = |seconds: u64| mcp_tasks_store::NewTask {
         tool: "slow_compute".into(),
@@ -551,7 +551,7 @@ async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed
     .await;
     running(&pool, t.id.0).await;
     worker.kill().await;
-    let _next = Proc::worker(db.url(), "conformance", &env);
+    let _next = Proc::worker(db.url(), "conformance", &env).await;
     let (status, attempt) = finished_attempt(&pool, t.id.0).await;
     assert_eq!(status, "completed");
     assert_eq!(attempt, 2, "a lost worker's run counts");

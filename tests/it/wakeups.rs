@@ -41,14 +41,17 @@ async fn one_notification_wakes_one_of_the_idle_workers() {
     for _ in 0..WORKERS {
         let listen = free_port().to_string();
         // The backstop poll is ten minutes away: every claim below is a wake-up's.
-        workers.push(Proc::worker(
-            &db.url,
-            "conformance",
-            &[
-                ("MCP_TASKS_METRICS_LISTEN", &listen),
-                ("MCP_TASKS_POLL_MS", "600000"),
-            ],
-        ));
+        workers.push(
+            Proc::worker(
+                &db.url,
+                "conformance",
+                &[
+                    ("MCP_TASKS_METRICS_LISTEN", &listen),
+                    ("MCP_TASKS_POLL_MS", "600000"),
+                ],
+            )
+            .await,
+        );
         urls.push(format!("http://{listen}/metrics"));
     }
     let sql = db.pool.clone();

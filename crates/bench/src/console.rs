@@ -14,7 +14,7 @@ use sqlx::Connection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::scenarios::{Env, target};
+use crate::env::{Env, target};
 use crate::service::Child;
 use crate::stats::ms;
 

@@ -3,6 +3,8 @@
 
 mod baseline;
 mod console;
+mod create_get;
+mod env;
 mod finished;
 mod lifecycle;
 mod load;

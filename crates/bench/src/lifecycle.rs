@@ -14,9 +14,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::baseline;
+use crate::env::{CreateScript, Env, figures, target};
 use crate::finished;
 use crate::load::{self, Run};
-use crate::scenarios::{CreateScript, Env, figures, target};
 use crate::stats::{Summary, ms};
 
 /// Tasks a worker runs at once in these scenarios.
@@ -199,7 +199,7 @@ pub(crate) async fn pickup(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
             .exchange(&load::Script::request(&script, n as u64))
             .await?;
         let at = SystemTime::now();
-        let id = crate::scenarios::task_id(body).context("the create failed")?;
+        let id = crate::env::task_id(body).context("the create failed")?;
         answered.push((id, micros(at)));
         // Spaced out, so each task is picked up on its own; each runs a second, which
         // the worker's slots allow for.

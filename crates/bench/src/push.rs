@@ -11,8 +11,8 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::stream::{self, StreamExt};
 use mcp_tasks_client::{Client, Subscription};
+use mcp_tasks_spawn::{Logs, Process, Spawn};
 use mcp_tasks_store::{Lease, NewTask, Owner, PoolConfig, Store, TaskId};
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Mutex, oneshot};
 use tokio::task::JoinSet;
 
@@ -113,79 +113,48 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-9)
 }
 
+/// The replica under test, killed when dropped.
 struct Replica {
-    child: tokio::process::Child,
+    process: Process,
     pid: u32,
     url: String,
-    addr: String,
-    _logs: JoinSet<()>,
+    addr: SocketAddr,
 }
 
 impl Replica {
-    async fn start(binary: &PathBuf, database_url: &str) -> anyhow::Result<Self> {
-        let mut child = tokio::process::Command::new(binary)
+    async fn start(binary: &Path, database_url: &str) -> anyhow::Result<Self> {
+        let process = Spawn::new(binary)
+            .name("replica")
             .args(["serve", "--listen", "127.0.0.1:0", "--tools", "demo"])
             .env("DATABASE_URL", database_url)
             .env("MCP_TASKS_LOG", "warn,mcp_tasks::cli=info")
             .env("MCP_TASKS_LOG_FORMAT", "text")
-            .env("NO_COLOR", "1")
             .env("MCP_TASKS_MAX_STREAMS_PER_PRINCIPAL", "1000000")
             .env("MCP_TASKS_RATE_LIMIT", "0")
             .env("MCP_TASKS_DB_MAX_CONNECTIONS", "16")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let pid = child.id().context("replica pid")?;
-        let stderr = child.stderr.take().context("replica stderr")?;
-        let (tx, rx) = oneshot::channel();
-        // Owned by the Replica: it reads stderr until the process ends or is dropped.
-        let mut logs = JoinSet::new();
-        logs.spawn(async move {
-            let mut tx = Some(tx);
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(addr) = line
-                    .split("listening on http://")
-                    .nth(1)
-                    .and_then(|rest| rest.split("/mcp").next())
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addr.to_owned());
-                } else if line.contains("WARN") || line.contains("ERROR") {
-                    eprintln!("replica: {line}");
-                }
-            }
-        });
-        let addr = tokio::time::timeout(Duration::from_secs(30), rx)
-            .await
-            .context("the replica did not start listening")??;
+            .logs(Logs::Problems)
+            .ready_within(Duration::from_secs(30))
+            .start()
+            .await?;
+        let addr = process
+            .listen()
+            .context("the replica's ready line has no address")?;
         Ok(Self {
-            child,
-            pid,
+            pid: process.pid(),
             url: format!("http://{addr}/mcp"),
             addr,
-            _logs: logs,
+            process,
         })
     }
 
     /// Resident memory in bytes.
     fn rss(&self) -> anyhow::Result<f64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
-        let kb: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .context("VmRSS")?;
-        Ok(kb * 1024.0)
+        let bytes = self.process.rss().context("VmRSS")?;
+        Ok(bytes as f64)
     }
 
     async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
+        self.process.kill().await;
     }
 }
 

@@ -5,8 +5,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::create_get::{create_at, get_at};
+use crate::env::{Env, target};
 use crate::lifecycle;
-use crate::scenarios::{Env, create_at, get_at, target};
 use crate::stats::ms;
 
 struct Sizes {
@@ -45,7 +46,7 @@ async fn pass(env: &Env, out: &mut dyn Write, label: &str) -> anyhow::Result<Pas
     )?;
     Ok(Pass {
         create: create.rate(),
-        create_p99: crate::scenarios::p99_ms(&create),
+        create_p99: crate::env::p99_ms(&create),
         create_raw: create_raw.rate(),
         get: get.rate(),
         lifecycle: cycle.rate,

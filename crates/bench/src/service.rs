@@ -4,81 +4,44 @@
 //! given URL.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
+use mcp_tasks_spawn::{Logs, Process, Spawn};
 use sqlx::PgPool;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::oneshot;
-use tokio::task::JoinSet;
 
-/// A child process of the benchmark, killed when dropped.
-pub(crate) struct Child {
-    child: tokio::process::Child,
-    pub(crate) pid: u32,
-    _logs: JoinSet<()>,
-}
+/// A child process of the benchmark (a replica or a worker), killed when dropped.
+pub(crate) struct Child(Process);
 
 impl Child {
-    /// Starts `mcp-tasks <args>`; returns once `ready` appears in its log (if given).
-    async fn start(
-        binary: &Path,
-        args: &[&str],
-        env: &[(&str, &str)],
-        ready: Option<&'static str>,
-    ) -> anyhow::Result<(Self, Option<String>)> {
-        let mut command = tokio::process::Command::new(binary);
-        command
+    /// Starts `mcp-tasks <args>` with `env`, and returns once it has printed its ready
+    /// line; its WARN and ERROR lines are shown.
+    async fn start(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let process = Spawn::new(binary)
+            .name(args.first().copied().unwrap_or("child"))
             .args(args)
             .env("MCP_TASKS_LOG", "warn,mcp_tasks::cli=info")
             .env("MCP_TASKS_LOG_FORMAT", "text")
-            .env("NO_COLOR", "1");
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let pid = child.id().context("child pid")?;
-        let stderr = child.stderr.take().context("child stderr")?;
-        let (tx, rx) = oneshot::channel();
-        let name = args.first().copied().unwrap_or("child").to_owned();
-        let mut logs = JoinSet::new();
-        logs.spawn(async move {
-            let mut tx = Some(tx);
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(marker) = ready
-                    && let Some(rest) = line.split(marker).nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(rest.to_owned());
-                } else if line.contains("WARN") || line.contains("ERROR") {
-                    eprintln!("{name}: {line}");
-                }
-            }
-        });
-        let found = match ready {
-            Some(_) => Some(
-                tokio::time::timeout(Duration::from_secs(60), rx)
-                    .await
-                    .context("the process did not become ready")??,
-            ),
-            None => None,
-        };
-        Ok((
-            Self {
-                child,
-                pid,
-                _logs: logs,
-            },
-            found,
-        ))
+            .envs(env.iter().copied())
+            .logs(Logs::Problems)
+            .ready_within(Duration::from_secs(60))
+            .start()
+            .await?;
+        Ok(Self(process))
+    }
+
+    /// A replica on `database_url` with `env`; with its `http://…/mcp` URL.
+    async fn replica(
+        binary: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<(Self, String)> {
+        let replica = Self::start(binary, args, env).await?;
+        let url = replica
+            .0
+            .url()
+            .context("the replica's ready line has no URL")?;
+        Ok((replica, url))
     }
 
     /// A replica with the web console on, on `database_url`; with its `http://…/mcp` URL.
@@ -86,7 +49,7 @@ impl Child {
         binary: &Path,
         database_url: &str,
     ) -> anyhow::Result<(Self, String)> {
-        let (replica, addr) = Self::start(
+        Self::replica(
             binary,
             &[
                 "serve",
@@ -100,27 +63,17 @@ impl Child {
                 ("DATABASE_URL", database_url),
                 ("MCP_TASKS_RATE_LIMIT", "0"),
             ],
-            Some("listening on http://"),
         )
-        .await?;
-        let addr = addr.unwrap_or_default();
-        let addr = addr.split("/mcp").next().unwrap_or_default();
-        Ok((replica, format!("http://{addr}/mcp")))
+        .await
     }
 
     pub(crate) async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
+        self.0.kill().await;
     }
 
-    /// CPU time (user + system) this process has used, from `/proc`.
+    /// CPU time (user + system) this process has used.
     pub(crate) fn cpu(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // USER_HZ is 100 on every Linux this runs on.
-        Some(Duration::from_millis(ticks * 10))
+        self.0.cpu()
     }
 }
 
@@ -148,7 +101,7 @@ impl Service {
             database_url: database_url.to_owned(),
         };
         if url.is_none() {
-            let (replica, addr) = Child::start(
+            let (replica, url) = Child::replica(
                 binary,
                 &["serve", "--listen", "127.0.0.1:0", "--tools", "conformance"],
                 &[
@@ -156,12 +109,9 @@ impl Service {
                     ("MCP_TASKS_RATE_LIMIT", "0"),
                     ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", "0"),
                 ],
-                Some("listening on http://"),
             )
             .await?;
-            let addr = addr.unwrap_or_default();
-            let addr = addr.split("/mcp").next().unwrap_or_default();
-            service.url = format!("http://{addr}/mcp");
+            service.url = url;
             service.replica = std::sync::Mutex::new(Some(replica));
         }
         Ok(service)
@@ -177,7 +127,7 @@ impl Service {
             return Ok(None);
         }
         let limit = limit.to_string();
-        let (replica, addr) = Child::start(
+        let replica = Child::replica(
             &self.binary,
             &["serve", "--listen", "127.0.0.1:0", "--tools", "conformance"],
             &[
@@ -185,12 +135,9 @@ impl Service {
                 ("MCP_TASKS_RATE_LIMIT", "0"),
                 ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", &limit),
             ],
-            Some("listening on http://"),
         )
         .await?;
-        let addr = addr.unwrap_or_default();
-        let addr = addr.split("/mcp").next().unwrap_or_default();
-        Ok(Some((replica, format!("http://{addr}/mcp"))))
+        Ok(Some(replica))
     }
 
     /// Starts a worker running `concurrency` tasks at once (nothing when the service was
@@ -214,14 +161,13 @@ impl Service {
         };
         let before = listeners().await?;
         let concurrency = concurrency.to_string();
-        let (worker, _) = Child::start(
+        let worker = Child::start(
             &self.binary,
             &["worker", "--tools", "conformance"],
             &[
                 ("DATABASE_URL", &self.database_url),
                 ("MCP_TASKS_CONCURRENCY", &concurrency),
             ],
-            None,
         )
         .await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

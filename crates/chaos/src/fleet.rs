@@ -4,16 +4,12 @@
 //! audit trail tells the generations apart.
 
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, Command};
-use tokio::sync::oneshot;
-use tokio_util::task::TaskTracker;
+use mcp_tasks_spawn::{Logs, Process, Spawn, describe};
 
 /// Most ERROR lines kept for the report.
 const KEPT_ERRORS: usize = 20;
@@ -32,7 +28,7 @@ struct Proc {
     generation: u32,
     /// Replicas only.
     port: u16,
-    child: Option<Child>,
+    child: Option<Process>,
 }
 
 impl Proc {
@@ -55,9 +51,26 @@ pub(crate) struct LogStats {
     pub(crate) error: AtomicU64,
     /// The first ERROR lines, with the process name.
     pub(crate) errors: Mutex<Vec<String>>,
-    /// The tasks reading each process's stderr: each ends when its process does, and
-    /// [`Fleet::kill_all`] waits for them.
-    readers: TaskTracker,
+}
+
+impl LogStats {
+    /// Counts a WARN or ERROR line (and forwards it); the others are dropped.
+    fn line(&self, name: &str, line: &str) {
+        match mcp_tasks_spawn::level(line) {
+            Some("ERROR") => {
+                self.error.fetch_add(1, Ordering::Relaxed);
+                let mut kept = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() < KEPT_ERRORS {
+                    kept.push(format!("{name}: {line}"));
+                }
+            }
+            Some("WARN") => {
+                self.warn.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => return,
+        }
+        eprintln!("{name}: {line}");
+    }
 }
 
 #[derive(Debug)]
@@ -197,23 +210,12 @@ impl Fleet {
         Ok(())
     }
 
-    /// SIGKILLs everything (the end of the run; dropping the fleet does the same).
+    /// SIGKILLs everything (the end of the run; dropping the fleet does the same), each
+    /// once its log is read to the end.
     pub(crate) async fn kill_all(&mut self) {
         for p in self.replicas.iter_mut().chain(self.workers.iter_mut()) {
             kill(p).await;
         }
-        // Their stderr is closed now; a reader still going is only finishing its buffer.
-        self.logs.readers.close();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.logs.readers.wait()).await;
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(signal)) => format!("signal {signal}"),
-        _ => status.to_string(),
     }
 }
 
@@ -221,14 +223,13 @@ fn describe(status: ExitStatus) -> String {
 async fn kill(p: &mut Proc) -> String {
     let name = p.name();
     if let Some(mut child) = p.child.take() {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
+        child.kill().await;
     }
     name
 }
 
-/// Starts the next generation of `p`; a replica is started only once it logs that it
-/// listens (a few tries, in case its port is briefly unavailable).
+/// Starts the next generation of `p`, once it has printed its ready line (a replica:
+/// listening; a few tries, in case its port is briefly unavailable).
 async fn start(settings: &Settings, logs: &Arc<LogStats>, p: &mut Proc) -> anyhow::Result<()> {
     let mut tries = 0;
     loop {
@@ -248,24 +249,16 @@ async fn start(settings: &Settings, logs: &Arc<LogStats>, p: &mut Proc) -> anyho
     }
 }
 
-async fn spawn(settings: &Settings, logs: &Arc<LogStats>, p: &Proc) -> anyhow::Result<Child> {
-    let mut command = Command::new(&settings.binary);
-    // Nothing from the caller's environment configures the processes under test.
-    for (name, _) in std::env::vars_os() {
-        if let Some(name) = name.to_str()
-            && (name.starts_with("MCP_TASKS_") || name == "DATABASE_URL")
-        {
-            command.env_remove(name);
-        }
-    }
+async fn spawn(settings: &Settings, logs: &Arc<LogStats>, p: &Proc) -> anyhow::Result<Process> {
+    // A scrubbed environment: nothing of the caller's configures the processes under test.
+    let mut command = Spawn::new(&settings.binary);
+    let stats = logs.clone();
     command
+        .name(p.name())
         .env("DATABASE_URL", &settings.database_url)
         .env("MCP_TASKS_LOG_FORMAT", "text")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .logs(Logs::To(Arc::new(move |name, line| stats.line(name, line))))
+        .ready_within(Duration::from_secs(30));
     match p.role {
         Role::Replica => {
             let listen = format!("127.0.0.1:{}", p.port);
@@ -287,64 +280,16 @@ async fn spawn(settings: &Settings, logs: &Arc<LogStats>, p: &Proc) -> anyhow::R
                 .env("MCP_TASKS_WORKER_ID", p.worker_id());
         }
     }
-    let mut child = command
-        .spawn()
+    let child = command
+        .start()
+        .await
         .with_context(|| format!("running {}", settings.binary.display()))?;
-    let stderr = child.stderr.take().context("no stderr pipe")?;
-    let (tx, rx) = oneshot::channel();
-    let listening = (p.role == Role::Replica).then_some(tx);
-    logs.readers
-        .spawn(forward_logs(p.name(), stderr, logs.clone(), listening));
     if p.role == Role::Replica {
-        let addr = match tokio::time::timeout(Duration::from_secs(30), rx).await {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(_)) => {
-                let status = child.wait().await.map(describe).unwrap_or_default();
-                bail!("exited before it listened ({status})")
-            }
-            Err(_) => bail!("did not log \"listening on\" within 30 s"),
-        };
         let expected = format!("127.0.0.1:{}", p.port);
+        let addr = child.listen().map(|a| a.to_string()).unwrap_or_default();
         if addr != expected {
             bail!("listens on {addr}, not {expected}");
         }
     }
     Ok(child)
-}
-
-/// Drains a process's stderr until it closes, so its pipe never fills: hands the
-/// replica's address over once it is logged, and forwards WARN and ERROR lines.
-async fn forward_logs(
-    name: String,
-    stderr: ChildStderr,
-    logs: Arc<LogStats>,
-    mut listening: Option<oneshot::Sender<String>>,
-) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if listening.is_some()
-            && let Some(addr) = line
-                .split("listening on http://")
-                .nth(1)
-                .and_then(|rest| rest.split("/mcp").next())
-            && let Some(tx) = listening.take()
-        {
-            let _ = tx.send(addr.to_owned());
-            continue;
-        }
-        // Text format: `<timestamp> <LEVEL> <target>: <message>`.
-        let level = line.split_whitespace().nth(1).unwrap_or_default();
-        if level == "ERROR" {
-            logs.error.fetch_add(1, Ordering::Relaxed);
-            let mut kept = logs.errors.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.len() < KEPT_ERRORS {
-                kept.push(format!("{name}: {line}"));
-            }
-        } else if level == "WARN" {
-            logs.warn.fetch_add(1, Ordering::Relaxed);
-        } else {
-            continue;
-        }
-        eprintln!("{name}: {line}");
-    }
 }

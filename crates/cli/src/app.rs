@@ -15,8 +15,9 @@
 //!     App::new().default_packs("none").tool(hello).run()
 //! }
 //! ```
-
-use std::sync::OnceLock;
+//!
+//! [`App::run`] lives with the command tree it starts (`cli/mod.rs`), so that this module
+//! is a leaf every subcommand may read its `App` from, handed down as an argument.
 
 use mcp_tasks_tools::Tool;
 
@@ -33,14 +34,6 @@ impl Default for App {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The running binary's `App`: set once by [`App::run`], read by the flag group that
-/// loads tools, so each subcommand keeps its own signature.
-static CURRENT: OnceLock<App> = OnceLock::new();
-
-pub(crate) fn current() -> &'static App {
-    CURRENT.get_or_init(App::new)
 }
 
 impl App {
@@ -68,14 +61,5 @@ impl App {
     pub fn default_packs(mut self, packs: impl Into<String>) -> Self {
         self.default_packs = packs.into();
         self
-    }
-
-    /// Parses the command line and runs the subcommand; the process's exit code.
-    pub fn run(self) -> std::process::ExitCode {
-        if CURRENT.set(self).is_err() {
-            eprintln!("mcp-tasks: App::run may be called once per process");
-            return std::process::ExitCode::FAILURE;
-        }
-        crate::cli::main()
     }
 }

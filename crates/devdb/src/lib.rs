@@ -2,8 +2,16 @@
 //! `DATABASE_URL` is set): initdb into a temporary directory, start `postgres` on a free
 //! loopback port, delete everything on drop. Needs the PostgreSQL server binaries.
 //!
-//! Also the URL helper the harnesses share (the tests, the benchmarks and the chaos
-//! harness each make databases of their own on one server): [`with_database`].
+//! With the `scratch` feature, what only the harnesses use (the tests, the benchmarks and
+//! the chaos harness, none of which ships in the serving binary): scratch databases on one
+//! server ([`with_database`], [`create_database_sql`]), a cluster that minds itself
+//! (`DevDatabase::start_watched`), and an outage (`DevDatabase::stop`, `start_again`).
+
+#[cfg(feature = "scratch")]
+mod scratch;
+
+#[cfg(feature = "scratch")]
+pub use scratch::{create_database_sql, with_database};
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -19,8 +27,10 @@ pub struct DevDatabase {
     child: Child,
     url: String,
     version: String,
+    /// The port and how to start the server again on it (not for watched clusters).
+    #[cfg(feature = "scratch")]
     port: u16,
-    /// How to start the server again (not for watched clusters).
+    #[cfg(feature = "scratch")]
     restart: Option<Command>,
 }
 
@@ -44,12 +54,6 @@ impl DevDatabase {
         Self::start_with(false)
     }
 
-    /// Like [`DevDatabase::start`], but the cluster also stops and deletes itself when
-    /// this process exits without dropping it (as a value kept in a `static` does).
-    pub fn start_watched() -> anyhow::Result<Self> {
-        Self::start_with(true)
-    }
-
     /// Whether [`DevDatabase::start`] can work on this machine: the server binaries are
     /// there and, as root, a `postgres` user to run them as. The error says what is not.
     pub fn can_start() -> anyhow::Result<()> {
@@ -58,7 +62,7 @@ impl DevDatabase {
         Ok(())
     }
 
-    fn start_with(watch_parent: bool) -> anyhow::Result<Self> {
+    pub(crate) fn start_with(watch_parent: bool) -> anyhow::Result<Self> {
         let bin = bindir()?;
         let run_as = run_as_user()?;
 
@@ -151,6 +155,7 @@ impl DevDatabase {
         postgres.stdout(Stdio::null()).stderr(Stdio::null());
         as_user(&mut postgres, run_as);
         let child = postgres.spawn().context("starting postgres")?;
+        #[cfg(feature = "scratch")]
         let restart = (!watch_parent).then(|| {
             let mut again = Command::new(bin.join("postgres"));
             again
@@ -168,26 +173,13 @@ impl DevDatabase {
             child,
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             version,
+            #[cfg(feature = "scratch")]
             port,
+            #[cfg(feature = "scratch")]
             restart,
         };
         db.wait_ready(port)?;
         Ok(db)
-    }
-
-    /// Stops the server (fast shutdown: connections are cut, nothing committed is lost),
-    /// as an outage would.
-    pub fn stop(&mut self) {
-        stop(&mut self.child);
-    }
-
-    /// Starts the server again on the same port and data after [`DevDatabase::stop`].
-    pub fn start_again(&mut self) -> anyhow::Result<()> {
-        let Some(command) = self.restart.as_mut() else {
-            bail!("a watched cluster cannot be restarted");
-        };
-        self.child = command.spawn().context("starting postgres again")?;
-        self.wait_ready(self.port)
     }
 
     fn wait_ready(&self, port: u16) -> anyhow::Result<()> {
@@ -213,7 +205,7 @@ impl Drop for DevDatabase {
 }
 
 /// SIGINT is PostgreSQL's "fast shutdown" (and stops the minding shell too).
-fn stop(child: &mut Child) {
+pub(crate) fn stop(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
@@ -278,49 +270,5 @@ fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
     use std::os::unix::process::CommandExt;
     if let Some((uid, gid)) = user {
         command.uid(uid).gid(gid);
-    }
-}
-
-/// The statement that creates a harness's scratch database `name` (an identifier the caller
-/// made). UTF8 with the C locale whatever the server's defaults: a server initialised
-/// without a locale (as some stand-ins for the official image are) defaults to
-/// SQL_ASCII, where PostgreSQL refuses JSON text with `\u` escapes of non-ASCII
-/// characters; template0 is the template that may take another encoding.
-pub fn create_database_sql(name: &str) -> String {
-    format!("CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C'")
-}
-
-/// `postgres://host/db?x` with another database name (the path replaced, the query kept).
-pub fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| i + scheme_end);
-    let mut out = format!("{}/{db}", &base[..path_start]);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn rewrites_database_names() {
-        assert_eq!(
-            with_database("postgres://u@h:5/postgres", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(
-            with_database("postgres://u@h/db?sslmode=disable", "x"),
-            "postgres://u@h/x?sslmode=disable"
-        );
     }
 }

@@ -32,6 +32,7 @@ pub mod catalog;
 mod context;
 mod input;
 mod live;
+mod outcome;
 pub mod packs;
 mod registry;
 mod tool;
@@ -39,8 +40,6 @@ mod tool;
 pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, ToolContextBuilder};
 pub use input::{InputRequests, validate_input_response};
 pub use live::LiveRegistry;
+pub use outcome::{BoxFuture, Outcome, ToolError, ToolResult};
 pub use registry::{Registry, RegistryError};
-pub use tool::{
-    BoxFuture, ExecutionPolicy, InputKind, Outcome, Preflight, Tool, ToolBuilder, ToolError,
-    ToolResult,
-};
+pub use tool::{ExecutionPolicy, InputKind, Preflight, Tool, ToolBuilder};

@@ -141,7 +141,9 @@ fn packs_parts(spec: &str) -> Result<(Vec<Tool>, Vec<StaticProvider>), RegistryE
         .map(str::trim)
         .filter(|s| !s.is_empty() && *s != "none")
     {
-        let pack = packs::pack(name).ok_or_else(|| RegistryError::UnknownPack(name.into()))??;
+        let pack = packs::pack(name)
+            .ok_or_else(|| RegistryError::UnknownPack(name.into()))?
+            .map_err(RegistryError::InvalidTool)?;
         tools.extend(pack.tools);
         providers.extend(pack.provider);
     }

@@ -371,7 +371,7 @@ async fn give_back(shared: &Shared, lease: &Lease) -> &'static str {
         &shared.store,
         lease,
         shared.config.lease * 2,
-        crate::loops::HEARTBEAT_RETRY,
+        crate::HEARTBEAT_RETRY,
         |s, l| async move { s.release(&l).await },
     )
     .await;

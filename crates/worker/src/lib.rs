@@ -34,6 +34,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
+/// How soon a failed heartbeat (or the give-back of a run stopped for its lease) is tried
+/// again.
+pub(crate) const HEARTBEAT_RETRY: Duration = Duration::from_millis(200);
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Names this worker in `lease_owner`; unique per process.

@@ -11,7 +11,7 @@ use mcp_tasks_tools::Registry;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Shared, StopReason, executor};
+use crate::{HEARTBEAT_RETRY, Shared, StopReason, executor};
 
 /// While the queue has a backlog, how long a claim waits for more slots to come free, so
 /// that one claim takes several tasks instead of one statement per finished task.
@@ -213,9 +213,6 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
         }
     }
 }
-
-/// How soon a failed heartbeat is tried again.
-pub(crate) const HEARTBEAT_RETRY: Duration = Duration::from_millis(200);
 
 /// The shortest wait for a heartbeat's answer (otherwise a third of the lease, the
 /// interval), so that a slow database is not taken for a dead one.

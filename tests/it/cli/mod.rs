@@ -15,7 +15,7 @@ use rexpect::session::{Options, PtySession, spawn_with_options};
 use serde_json::Value;
 
 use crate::harness::TestApp;
-use crate::harness::procs::{self, BIN, INHERITED};
+use crate::harness::procs::{self, BIN};
 
 const PACKS: &str = "demo,conformance";
 /// Longest wait for one expected piece of terminal output.
@@ -80,14 +80,9 @@ impl Fixture {
         args: &[&str],
         drive: impl FnOnce(&mut PtySession) -> R + Send + 'static,
     ) -> R {
-        // Not `procs::command`: its stdin is /dev/null, and here it must be the terminal.
-        let mut cmd = std::process::Command::new(BIN);
-        cmd.env_clear().env("NO_COLOR", "1").args(args);
-        for name in INHERITED {
-            if let Some(value) = std::env::var_os(name) {
-                cmd.env(name, value);
-            }
-        }
+        // Its stdin must be the terminal, not the scrubbed command's /dev/null.
+        let mut cmd = procs::command(BIN);
+        cmd.stdin(std::process::Stdio::inherit()).args(args);
         for (k, v) in self.env() {
             cmd.env(k, v);
         }

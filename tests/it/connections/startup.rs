@@ -1,13 +1,13 @@
 //! Settings that cannot work are refused at start-up with the reason, and every
 //! connection setting has a flag and a variable.
 
-use super::bounded;
+use super::{BOUND, bounded};
 use crate::harness::TestDb;
 
 /// Runs `mcp-tasks serve` (under a soft open-file limit of `nofile`) until it exits;
 /// returns whether it succeeded, and its log.
 async fn serve_until_exit(db: &TestDb, nofile: u64, env: &[(&str, &str)]) -> (bool, String) {
-    let mut cmd = tokio::process::Command::new("sh");
+    let mut cmd = mcp_tasks_spawn::Spawn::new("sh");
     cmd.args(["-c", r#"ulimit -S -n "$0" && exec "$@""#])
         .arg(nofile.to_string())
         .args([
@@ -17,13 +17,8 @@ async fn serve_until_exit(db: &TestDb, nofile: u64, env: &[(&str, &str)]) -> (bo
             "127.0.0.1:0",
         ])
         .env("DATABASE_URL", &db.url)
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = bounded("serve exits instead of serving", cmd.output())
+        .envs(env.iter().copied());
+    let out = bounded("serve exits instead of serving", cmd.output(2 * BOUND))
         .await
         .expect("running serve");
     (
@@ -73,14 +68,12 @@ async fn limits_that_cannot_work_are_refused_at_start_up_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_setting_has_a_flag_and_a_variable_in_the_help() {
     for command in ["serve", "dev"] {
-        let mut cmd = tokio::process::Command::new(crate::harness::procs::BIN);
-        cmd.args([command, "--help"]).env("NO_COLOR", "1");
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("MCP_TASKS_") {
-                cmd.env_remove(&name);
-            }
-        }
-        let out = bounded("--help", cmd.output()).await.expect("--help");
+        let out = bounded(
+            "--help",
+            crate::harness::procs::mcp_tasks(&[command, "--help"], &[]).output(2 * BOUND),
+        )
+        .await
+        .expect("--help");
         let help = String::from_utf8_lossy(&out.stdout);
         for (flag, variable, default) in [
             ("--max-connections", "MCP_TASKS_MAX_CONNECTIONS", None),

@@ -453,17 +453,20 @@ impl Console {
     }
 
     /// Starts the worker (tasks created before stay `working` until then).
-    pub(super) fn start_worker(&mut self) {
+    pub(super) async fn start_worker(&mut self) {
         assert!(self.worker.is_none(), "the worker runs already");
-        self.worker = Some(Proc::worker(
-            &self.db.url,
-            "demo,conformance",
-            &[
-                ("MCP_TASKS_WORKER_ID", WORKER_ID),
-                ("MCP_TASKS_LEASE_MS", "5000"),
-                ("MCP_TASKS_POLL_MS", "200"),
-            ],
-        ));
+        self.worker = Some(
+            Proc::worker(
+                &self.db.url,
+                "demo,conformance",
+                &[
+                    ("MCP_TASKS_WORKER_ID", WORKER_ID),
+                    ("MCP_TASKS_LEASE_MS", "5000"),
+                    ("MCP_TASKS_POLL_MS", "200"),
+                ],
+            )
+            .await,
+        );
     }
 
     /// A bearer token of principal `sub` in `tenant`, for this replica.

@@ -142,7 +142,7 @@ async fn posts_without_the_pages_csrf_token_are_refused_and_change_nothing() {
         return;
     }
     let mut console = Console::start().await;
-    console.start_worker();
+    console.start_worker().await;
     let alice = console.client("alice", "acme");
     let running =
         fixtures::task_in_status(&alice, "slow_compute", json!({ "seconds": 600 }), "working")
@@ -250,7 +250,7 @@ async fn the_list_inbox_and_health_pages_show_the_principals_tasks() {
         )
         .await;
     }
-    console.start_worker();
+    console.start_worker().await;
     let alice = console.client("alice", "acme");
     let waiting =
         fixtures::task_in_status(&alice, "generate_report", json!({}), "input_required").await;

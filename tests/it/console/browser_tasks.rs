@@ -53,7 +53,7 @@ async fn console_shows_a_task_reach_input_required_live_takes_the_answer_and_sho
 
     // From here on the page must change by itself: the mark goes with any reload.
     browser.mark().await;
-    console.start_worker();
+    console.start_worker().await;
     browser.wait_text("#task-status", "input_required").await;
     browser.wait_for(ANSWER).await;
     // The status message too, as the API has it now.
@@ -121,7 +121,7 @@ async fn console_declines_an_input_request_through_the_form() {
         return;
     }
     let mut console = Console::start().await;
-    console.start_worker();
+    console.start_worker().await;
     let alice = console.client("alice", "acme");
     let browser = Browser::open(&console.origin).await;
     browser
@@ -158,7 +158,7 @@ async fn console_cancels_a_running_task_from_its_page() {
         return;
     }
     let mut console = Console::start().await;
-    console.start_worker();
+    console.start_worker().await;
     let alice = console.client("alice", "acme");
     let browser = Browser::open(&console.origin).await;
     browser
@@ -282,7 +282,7 @@ async fn console_tasks_list_and_inbox_change_live_without_a_reload() {
     browser.mark().await;
 
     // The worker claims it and asks for input: the row says so by itself.
-    console.start_worker();
+    console.start_worker().await;
     browser
         .wait_text(&format!("{row} .status"), "input_required")
         .await;

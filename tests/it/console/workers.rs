@@ -64,7 +64,8 @@ async fn idle_workers_are_listed_and_leave_when_stopped_or_killed() {
             ("MCP_TASKS_WORKER_ID", "killed-process"),
             ("MCP_TASKS_PRESENCE_MS", "200"),
         ],
-    );
+    )
+    .await;
     eventually(
         Duration::from_secs(30),
         "the worker process listed live",

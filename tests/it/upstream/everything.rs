@@ -192,15 +192,15 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-async fn start_http_everything(port: u16) -> tokio::process::Child {
+async fn start_http_everything(port: u16) -> mcp_tasks_spawn::Process {
     let argv = everything_argv("streamableHttp").await;
-    let mut cmd = tokio::process::Command::from(procs::command(&argv[0]));
-    cmd.args(&argv[1..])
+    let child = mcp_tasks_spawn::Spawn::new(&argv[0])
+        .args(&argv[1..])
         .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let child = cmd.spawn().expect("starting server-everything");
+        .logs(mcp_tasks_spawn::Logs::Discard)
+        .start()
+        .await
+        .expect("starting server-everything");
     crate::harness::eventually(
         Duration::from_secs(30),
         "server-everything listening",

@@ -208,7 +208,7 @@ async fn a_worker_killed_mid_call_reruns_only_idempotent_tools() {
     .await;
     // SIGKILL: the worker (and so its stdio children) gone without a word.
     fleet.workers.pop().expect("a worker").kill().await;
-    fleet.add_worker();
+    fleet.add_worker().await;
 
     let done = wait_terminal(&client, &rerun, Duration::from_secs(60)).await;
     assert_eq!(status(&done), "completed", "{done}");

@@ -309,7 +309,7 @@ async fn a_worker_killed_while_waiting_for_input_loses_the_call() {
 
     // SIGKILL: the worker, its upstream calls and their children gone without a word.
     fleet.workers.pop().expect("a worker").kill().await;
-    fleet.add_worker();
+    fleet.add_worker().await;
 
     // Not idempotent: failed, saying why, never asked again.
     let done = wait_terminal(&client, &failed, Duration::from_secs(60)).await;

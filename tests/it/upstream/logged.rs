@@ -1,21 +1,21 @@
 //! `mcp-tasks serve` and `worker` processes whose log the test can read (as well as see in
 //! its output): what an upstream test checks is often what was logged, and what was not
-//! said to the caller. Started like `harness::procs::Proc`, from a scrubbed environment.
+//! said to the caller. Started through the shared spawner, like `harness::procs::Proc`.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::oneshot;
+use mcp_tasks_spawn::{Logs, Process, Spawn};
 
 use crate::harness::procs;
 
+/// How long a child may take to print its ready line.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
 /// A running `mcp-tasks` process and every line it has logged. Killed when dropped.
 pub(super) struct Logged {
-    child: Child,
+    process: Process,
     pub(super) addr: Option<SocketAddr>,
     lines: Arc<Mutex<Vec<String>>>,
 }
@@ -23,66 +23,35 @@ pub(super) struct Logged {
 impl Logged {
     /// `mcp-tasks args…` that serves; returns once it is listening.
     pub(super) async fn serve(database_url: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let (tx, rx) = oneshot::channel();
-        let mut p = Self::spawn("serve", database_url, args, env, Some(tx));
-        let addr = tokio::time::timeout(Duration::from_secs(30), rx)
-            .await
-            .expect("replica did not start listening within 30 s")
-            .expect("replica exited before listening");
-        p.addr = Some(addr);
-        p
+        Self::start("serve", database_url, args, env).await
     }
 
-    /// `mcp-tasks worker --tools TOOLS`.
-    pub(super) fn worker(database_url: &str, tools: &str, env: &[(&str, &str)]) -> Self {
-        Self::spawn(
-            "worker",
-            database_url,
-            &["worker", "--tools", tools],
-            env,
-            None,
-        )
+    /// `mcp-tasks worker --tools TOOLS`; returns once it has loaded its tools.
+    pub(super) async fn worker(database_url: &str, tools: &str, env: &[(&str, &str)]) -> Self {
+        Self::start("worker", database_url, &["worker", "--tools", tools], env).await
     }
 
-    fn spawn(
-        name: &str,
-        database_url: &str,
-        args: &[&str],
-        env: &[(&str, &str)],
-        mut listening: Option<oneshot::Sender<SocketAddr>>,
-    ) -> Self {
-        let mut cmd = Command::from(procs::command(procs::BIN));
-        cmd.args(args)
+    async fn start(name: &str, database_url: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let mut spawn = Spawn::new(procs::BIN);
+        spawn
+            .name(name)
+            .args(args)
             .env("DATABASE_URL", database_url)
             .env("MCP_TASKS_LOG", "info,sqlx=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawning mcp-tasks");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().expect("piped stderr");
-        let label = format!("{name}[{}]", child.id().unwrap_or(0));
-        let sink = lines.clone();
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                eprintln!("{label}: {line}");
-                if let Some(addr) = procs::listening_address(&line)
-                    && let Some(tx) = listening.take()
-                {
-                    let _ = tx.send(addr);
-                }
+            .envs(env.iter().copied())
+            .ready_within(READY_WITHIN)
+            .logs(Logs::To(Arc::new(move |name: &str, line: &str| {
+                eprintln!("{name}: {line}");
                 sink.lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(line);
-            }
-        });
+                    .push(line.to_owned());
+            })));
+        let process = spawn.start().await.unwrap_or_else(|e| panic!("{e}"));
         Self {
-            child,
-            addr: None,
+            addr: process.listen(),
+            process,
             lines,
         }
     }
@@ -92,7 +61,7 @@ impl Logged {
     }
 
     pub(super) fn pid(&self) -> u32 {
-        self.child.id().unwrap_or(0)
+        self.process.pid()
     }
 
     /// Every line logged so far.
@@ -113,6 +82,6 @@ impl Logged {
 
     /// SIGKILL: no chance to clean up, as in a crash.
     pub(super) async fn kill(mut self) {
-        let _ = self.child.kill().await;
+        self.process.kill().await;
     }
 }

@@ -146,7 +146,7 @@ impl Fleet {
             setup,
         };
         for _ in 0..workers {
-            fleet.add_worker();
+            fleet.add_worker().await;
         }
         fleet
     }
@@ -210,12 +210,12 @@ impl Fleet {
         Self::replica(&self.db, &self.config, &setup).await
     }
 
-    fn add_worker(&mut self) {
+    async fn add_worker(&mut self) {
         let mut env = FAST_WORKER.to_vec();
         env.push(("MCP_TASKS_CONFIG", &self.config));
         env.extend(self.setup.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         self.workers
-            .push(Logged::worker(&self.db.url, "none", &env));
+            .push(Logged::worker(&self.db.url, "none", &env).await);
     }
 
     fn client(&self) -> Client {

@@ -33,7 +33,7 @@ async fn two_workers_with_different_tools_each_run_their_own() {
     let client = mcp_tasks_client::Client::with_tasks(replica.url());
 
     // Only the built-in worker at first: the upstream's tasks wait, never fail.
-    let builtin = Proc::worker(&db.url, "conformance", FAST_WORKER);
+    let builtin = Proc::worker(&db.url, "conformance", FAST_WORKER).await;
     let mut echoes = Vec::new();
     let mut computes = Vec::new();
     for i in 0..6 {
@@ -60,7 +60,7 @@ async fn two_workers_with_different_tools_each_run_their_own() {
     // A worker with the upstream arrives: the waiting tasks run there.
     let mut env = FAST_WORKER.to_vec();
     env.push(("MCP_TASKS_CONFIG", &config));
-    let upstream = Proc::worker(&db.url, "none", &env);
+    let upstream = Proc::worker(&db.url, "none", &env).await;
     for (i, id) in echoes.iter().enumerate() {
         let done = wait_terminal(&client, id, Duration::from_secs(60)).await;
         assert_eq!(status(&done), "completed", "{done}");

@@ -30,7 +30,7 @@ impl Upstream {
             &[("MCP_TASKS_LOG", "info,sqlx=warn,rmcp=warn")],
         )
         .await;
-        let worker = Proc::worker(&db.url, "conformance", FAST_WORKER);
+        let worker = Proc::worker(&db.url, "conformance", FAST_WORKER).await;
         Self {
             db,
             replica,

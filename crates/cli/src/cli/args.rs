@@ -12,6 +12,8 @@ use mcp_tasks_upstream::{Config, Options as UpstreamOptions, Upstreams};
 use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_wire::secret::Secret;
 
+use crate::App;
+
 /// The MCP server a client command talks to.
 #[derive(Debug, Args)]
 pub(super) struct Endpoint {
@@ -86,8 +88,7 @@ pub(super) struct LoadedTools {
 impl Tools {
     /// The built-in packs, the `App`'s own tools, and the configuration file's upstreams
     /// (connected, with their first tool lists read or timed out).
-    pub(super) async fn load(&self) -> anyhow::Result<LoadedTools> {
-        let app = crate::app::current();
+    pub(super) async fn load(&self, app: &App) -> anyhow::Result<LoadedTools> {
         let packs = self.tools.as_deref().unwrap_or(&app.default_packs);
         let registry = Registry::from_packs(packs)
             .context("--tools")?

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::args::{OptionalDatabase, Tools, connect};
 use super::serve::{ServerArgs, serve};
 use super::worker::{WorkerArgs, install_metrics};
+use crate::App;
 
 #[derive(Debug, Args)]
 pub(super) struct DevCommand {
@@ -22,7 +23,11 @@ pub(super) struct DevCommand {
     worker: WorkerArgs,
 }
 
-pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(super) async fn run(
+    command: DevCommand,
+    app: &App,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let DevCommand {
         database,
         tools,
@@ -31,9 +36,10 @@ pub(super) async fn run(command: DevCommand, shutdown: CancellationToken) -> any
     } = command;
     // The console is on in dev unless turned off.
     server.console.by_default = true;
+    server.ready.role = "dev";
     // Before a throwaway cluster is started for nothing.
     server.refuse_unsafe()?;
-    let tools = tools.load().await?;
+    let tools = tools.load(app).await?;
     let registry = tools.registry.clone();
     let throwaway;
     let url = match database.url {

@@ -7,7 +7,9 @@
 
 mod args;
 mod auth;
+#[cfg(feature = "harness")]
 mod bench;
+#[cfg(feature = "harness")]
 mod chaos;
 mod client;
 mod demo;
@@ -15,14 +17,21 @@ mod dev;
 mod health;
 mod logging;
 mod migrate;
+mod ready;
 mod serve;
 mod shutdown;
+#[cfg(not(feature = "harness"))]
+mod without_harness;
 mod worker;
 
 use clap::{Parser, Subcommand};
 
+use crate::App;
+
 use self::args::Database;
+#[cfg(feature = "harness")]
 use self::bench::Bench;
+#[cfg(feature = "harness")]
 use self::chaos::ChaosCommand;
 use self::client::ClientCommand;
 use self::demo::DemoCommand;
@@ -68,12 +77,20 @@ enum Command {
     /// when DATABASE_URL is unset and PostgreSQL is installed.
     Dev(DevCommand),
     /// Benchmarks; each prints its figures next to a baseline measured in the same run.
+    #[cfg(feature = "harness")]
     #[command(subcommand)]
     Bench(Bench),
     /// Chaos harness: real replicas, workers and a throwaway PostgreSQL on loopback, killed
     /// and restarted at random while tasks run; checks that no task is lost, finalized
     /// twice or overwritten, and measures how long a dead worker's task waits.
+    #[cfg(feature = "harness")]
     Chaos(ChaosCommand),
+    #[cfg(not(feature = "harness"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(without_harness::Absent),
+    #[cfg(not(feature = "harness"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Chaos(without_harness::Absent),
     /// Run the demo sequence against a server with the `demo` tool pack.
     Demo(DemoCommand),
     #[command(flatten)]
@@ -82,7 +99,14 @@ enum Command {
     Health(HealthCommand),
 }
 
-pub fn main() -> std::process::ExitCode {
+impl App {
+    /// Parses the command line and runs the subcommand; the process's exit code.
+    pub fn run(self) -> std::process::ExitCode {
+        main(&self)
+    }
+}
+
+fn main(app: &App) -> std::process::ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -110,7 +134,7 @@ pub fn main() -> std::process::ExitCode {
         eprintln!("mcp-tasks: {e:#}");
         return std::process::ExitCode::from(2);
     }
-    let outcome = runtime.block_on(run(cli.command));
+    let outcome = runtime.block_on(run(cli.command, app));
     // Spans still buffered are sent before the process exits (the runtime, which the
     // gRPC exporter runs on, is still up).
     if let Some(provider) = provider
@@ -131,7 +155,7 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
+async fn run(command: Command, app: &App) -> anyhow::Result<()> {
     // The client commands answer Ctrl-C themselves (cancel the task or detach).
     let shutdown = match &command {
         Command::Client(_) => tokio_util::sync::CancellationToken::new(),
@@ -139,11 +163,17 @@ async fn run(command: Command) -> anyhow::Result<()> {
     };
     match command {
         Command::Migrate(database) => migrate::run(database).await,
-        Command::Serve(command) => serve::run(command, shutdown).await,
-        Command::Worker(command) => worker::run(command, shutdown).await,
-        Command::Dev(command) => dev::run(command, shutdown).await,
+        Command::Serve(command) => serve::run(command, app, shutdown).await,
+        Command::Worker(command) => worker::run(command, app, shutdown).await,
+        Command::Dev(command) => dev::run(command, app, shutdown).await,
+        #[cfg(feature = "harness")]
         Command::Bench(bench) => bench::run(bench).await,
+        #[cfg(feature = "harness")]
         Command::Chaos(command) => chaos::run(command, shutdown).await,
+        #[cfg(not(feature = "harness"))]
+        Command::Bench(_) => without_harness::refuse("bench"),
+        #[cfg(not(feature = "harness"))]
+        Command::Chaos(_) => without_harness::refuse("chaos"),
         Command::Demo(command) => demo::run(command).await,
         Command::Client(command) => client::run(command).await,
         Command::Health(command) => health::run(command).await,

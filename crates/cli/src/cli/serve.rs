@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
 use super::auth::AuthArgs;
+use super::ready::ReadyLine;
+use crate::App;
 
 #[derive(Debug, Args)]
 pub(super) struct ServeCommand {
@@ -35,14 +37,18 @@ pub(super) struct ServeCommand {
     metrics_listen: Option<SocketAddr>,
 }
 
-pub(super) async fn run(command: ServeCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(super) async fn run(
+    command: ServeCommand,
+    app: &App,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     command.server.refuse_unsafe()?;
     let store = command.database.connect().await?;
     if command.migrate {
         store.migrate().await.context("migrating")?;
     }
     let metrics = super::worker::install_metrics(&store)?;
-    let tools = command.tools.load().await?;
+    let tools = command.tools.load(app).await?;
     serve(
         store,
         tools.registry.clone(),
@@ -133,6 +139,8 @@ pub(super) struct ServerArgs {
     auth: AuthArgs,
     #[command(flatten)]
     pub(super) console: ConsoleArgs,
+    #[command(flatten)]
+    pub(super) ready: ReadyLine,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -335,16 +343,16 @@ pub(super) async fn serve(
         .map_err(anyhow::Error::msg)
         .context("MCP_TASKS_MAX_CONNECTIONS")?;
     // Bound first: once "listening on" is logged, scrapes find it too.
-    let metrics_listener = match metrics_listen {
+    let (metrics_listener, metrics_addr) = match metrics_listen {
         Some(at) => {
             let listener = tokio::net::TcpListener::bind(at)
                 .await
                 .with_context(|| format!("cannot listen on {at} for metrics"))?;
             let bound = listener.local_addr()?;
             tracing::info!(addr = %bound, "metrics on http://{bound}/metrics");
-            Some(listener)
+            (Some(listener), Some(bound))
         }
-        None => None,
+        None => (None, None),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -358,6 +366,11 @@ pub(super) async fn serve(
     if state.config().console.is_some() {
         tracing::info!("web console on http://{addr}/console");
     }
+    args.ready.announce(serde_json::json!({
+        "listen": addr,
+        "url": format!("http://{addr}/mcp"),
+        "metrics": metrics_addr,
+    }));
     if !addr.ip().is_loopback() && matches!(args.config().allowed_hosts, AllowedHosts::Any) {
         tracing::warn!(
             "listening beyond loopback with any Host allowed; set MCP_TASKS_ALLOWED_HOSTS to the names clients use"

@@ -11,6 +11,8 @@ use mcp_tasks_worker::WorkerConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
+use super::ready::ReadyLine;
+use crate::App;
 
 #[derive(Debug, Args)]
 pub(super) struct WorkerCommand {
@@ -20,9 +22,16 @@ pub(super) struct WorkerCommand {
     tools: Tools,
     #[command(flatten)]
     worker: WorkerArgs,
+    #[command(flatten)]
+    ready: ReadyLine,
 }
 
-pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(super) async fn run(
+    mut command: WorkerCommand,
+    app: &App,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    command.ready.role = "worker";
     // One connection per running handler at most (status writes, checkpoints), and a few
     // for the claim, heartbeat and maintenance loops.
     let connections =
@@ -30,29 +39,28 @@ pub(super) async fn run(command: WorkerCommand, shutdown: CancellationToken) -> 
     let store = command.database.connect_at_least(connections).await?;
     let metrics = match command.worker.metrics_listen {
         Some(_) => install_metrics(&store)?,
-        None => return worker(store, &command, shutdown).await,
+        None => return worker(store, &command, app, None, shutdown).await,
     };
-    with_metrics_listener(
-        command.worker.metrics_listen,
-        metrics,
-        worker(store.clone(), &command, shutdown),
-    )
+    with_metrics_listener(command.worker.metrics_listen, metrics, |bound| {
+        worker(store.clone(), &command, app, bound, shutdown)
+    })
     .await?
 }
 
 async fn worker(
     store: Store,
     command: &WorkerCommand,
+    app: &App,
+    metrics: Option<SocketAddr>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let tools = command.tools.load().await?;
-    mcp_tasks_worker::run(
-        store,
-        tools.registry.clone(),
-        command.worker.config("mcp-tasks"),
-        shutdown,
-    )
-    .await?;
+    let tools = command.tools.load(app).await?;
+    let config = command.worker.config("mcp-tasks");
+    command.ready.announce(serde_json::json!({
+        "worker_id": config.worker_id,
+        "metrics": metrics,
+    }));
+    mcp_tasks_worker::run(store, tools.registry.clone(), config, shutdown).await?;
     Ok(())
 }
 
@@ -64,14 +72,15 @@ pub(super) fn install_metrics(store: &Store) -> anyhow::Result<Metrics> {
     Ok(metrics.with_store(store.clone()))
 }
 
-/// Runs `work` with `GET /metrics` served on `listen` (when set) until `work` is done.
-pub(super) async fn with_metrics_listener<T>(
+/// Runs `work` (given the metrics listener's address) with `GET /metrics` served on
+/// `listen` (when set) until `work` is done.
+async fn with_metrics_listener<T, F: Future<Output = T>>(
     listen: Option<SocketAddr>,
     metrics: Metrics,
-    work: impl Future<Output = T>,
+    work: impl FnOnce(Option<SocketAddr>) -> F,
 ) -> anyhow::Result<T> {
     let Some(addr) = listen else {
-        return Ok(work.await);
+        return Ok(work(None).await);
     };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -81,7 +90,7 @@ pub(super) async fn with_metrics_listener<T>(
     let stop = CancellationToken::new();
     let serving = mcp_tasks_observe::serve_metrics(listener, metrics, stop.clone());
     let working = async {
-        let done = work.await;
+        let done = work(Some(bound)).await;
         stop.cancel();
         done
     };

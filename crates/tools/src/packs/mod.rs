@@ -3,8 +3,8 @@
 mod conformance;
 mod demo;
 
+use crate::Tool;
 use crate::catalog::StaticProvider;
-use crate::{RegistryError, Tool};
 
 /// What one pack brings: tools, and perhaps resources, prompts and completions.
 pub struct Pack {
@@ -15,8 +15,8 @@ pub struct Pack {
 /// Every pack name `--tools` accepts.
 pub const NAMES: &[&str] = &["demo", "conformance"];
 
-/// One pack, or `None` for an unknown name.
-pub fn pack(name: &str) -> Option<Result<Pack, RegistryError>> {
+/// One pack, or `None` for an unknown name; `Err` says which of its tools is invalid.
+pub fn pack(name: &str) -> Option<Result<Pack, String>> {
     let pack = match name {
         "demo" => demo::tools().map(|tools| Pack {
             tools,
@@ -25,5 +25,5 @@ pub fn pack(name: &str) -> Option<Result<Pack, RegistryError>> {
         "conformance" => conformance::pack(),
         _ => return None,
     };
-    Some(pack.map_err(RegistryError::InvalidTool))
+    Some(pack)
 }

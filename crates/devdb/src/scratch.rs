@@ -1,0 +1,73 @@
+//! What only the harnesses use (the `scratch` feature): scratch databases on one server,
+//! a cluster that minds itself, and an outage.
+
+use anyhow::{Context, bail};
+
+use crate::DevDatabase;
+
+impl DevDatabase {
+    /// Like [`DevDatabase::start`], but the cluster also stops and deletes itself when
+    /// this process exits without dropping it (as a value kept in a `static` does).
+    pub fn start_watched() -> anyhow::Result<Self> {
+        Self::start_with(true)
+    }
+
+    /// Stops the server (fast shutdown: connections are cut, nothing committed is lost),
+    /// as an outage would.
+    pub fn stop(&mut self) {
+        crate::stop(&mut self.child);
+    }
+
+    /// Starts the server again on the same port and data after [`DevDatabase::stop`].
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        let Some(command) = self.restart.as_mut() else {
+            bail!("a watched cluster cannot be restarted");
+        };
+        self.child = command.spawn().context("starting postgres again")?;
+        self.wait_ready(self.port)
+    }
+}
+
+/// The statement that creates a harness's scratch database `name` (an identifier the caller
+/// made). UTF8 with the C locale whatever the server's defaults: a server initialised
+/// without a locale (as some stand-ins for the official image are) defaults to
+/// SQL_ASCII, where PostgreSQL refuses JSON text with `\u` escapes of non-ASCII
+/// characters; template0 is the template that may take another encoding.
+pub fn create_database_sql(name: &str) -> String {
+    format!("CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C'")
+}
+
+/// `postgres://host/db?x` with another database name (the path replaced, the query kept).
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| i + scheme_end);
+    let mut out = format!("{}/{db}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn rewrites_database_names() {
+        assert_eq!(
+            with_database("postgres://u@h:5/postgres", "x"),
+            "postgres://u@h:5/x"
+        );
+        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+        assert_eq!(
+            with_database("postgres://u@h/db?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
+    }
+}
