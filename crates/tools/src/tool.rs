@@ -86,6 +86,9 @@ pub struct Tool {
     pub annotations: Option<Value>,
     /// Kinds of input request the tool may make; a client must be able to answer each.
     pub input_kinds: Vec<InputKind>,
+    /// The source it belongs to (an upstream's name), whose limits in the configuration
+    /// file it shares with the source's other tools.
+    pub group: Option<String>,
     pub(crate) preflight: Option<Arc<Preflight>>,
     pub(crate) handler: Arc<HandlerFn>,
 }
@@ -116,6 +119,7 @@ impl Tool {
             poll_interval: Duration::from_secs(1),
             required_capabilities: None,
             input_kinds: Vec::new(),
+            group: None,
             preflight: None,
             handler: None,
             annotations: None,
@@ -172,6 +176,7 @@ pub struct ToolBuilder {
     poll_interval: Duration,
     required_capabilities: Option<Value>,
     input_kinds: Vec<InputKind>,
+    group: Option<String>,
     preflight: Option<Arc<Preflight>>,
     handler: Option<Arc<HandlerFn>>,
     annotations: Option<Value>,
@@ -211,6 +216,13 @@ impl ToolBuilder {
     /// Whether a run lost with its worker may be run again (default: yes).
     pub fn idempotent(mut self, idempotent: bool) -> Self {
         self.idempotent = idempotent;
+        self
+    }
+
+    /// The source the tool belongs to (an upstream's name): the limits the configuration
+    /// file gives that source hold for all its tools together.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
         self
     }
 
@@ -298,6 +310,7 @@ impl ToolBuilder {
             poll_interval: self.poll_interval,
             required_capabilities: self.required_capabilities,
             input_kinds: self.input_kinds,
+            group: self.group,
             preflight: self.preflight,
             handler,
         })

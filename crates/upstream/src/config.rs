@@ -8,6 +8,8 @@ use mcp_tasks_tools::ExecutionPolicy;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::scheduling::{self, Limits, RawLimits, RawScheduling, RawTenant, Scheduling};
+
 /// One `[[upstream]]` entry, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
@@ -106,6 +108,8 @@ impl Default for ToolSettings {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
+    /// How the queue is shared: weights, priorities, limits (`scheduling.rs`).
+    pub scheduling: Scheduling,
 }
 
 /// Why a configuration file was refused: the key, its line, and what is wrong.
@@ -133,6 +137,11 @@ impl ConfigError {
 struct RawFile {
     #[serde(default)]
     upstream: Vec<Spanned<RawUpstream>>,
+    scheduling: Option<RawScheduling>,
+    #[serde(default)]
+    tenant: BTreeMap<String, RawTenant>,
+    #[serde(default)]
+    tool: BTreeMap<String, RawLimits>,
 }
 
 #[derive(Deserialize)]
@@ -152,12 +161,16 @@ struct RawUpstream {
     ttl_ms: Option<Spanned<i64>>,
     timeout_ms: Option<Spanned<i64>>,
     max_result_bytes: Option<Spanned<i64>>,
+    max_concurrency: Option<Spanned<i64>>,
+    max_per_second: Option<Spanned<f64>>,
+    burst: Option<Spanned<i64>>,
+    priority: Option<Spanned<i64>>,
     #[serde(default)]
     tool: BTreeMap<String, RawSettings>,
 }
 
-/// The five per-tool keys; serde's `flatten` would lose `deny_unknown_fields` and spans,
-/// so `[[upstream]]` spells them out too.
+/// The per-tool keys: five of execution, four of scheduling. serde's `flatten` would lose
+/// `deny_unknown_fields` and spans, so `[[upstream]]` spells them out too.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSettings {
@@ -166,6 +179,21 @@ struct RawSettings {
     max_attempts: Option<Spanned<i64>>,
     ttl_ms: Option<Spanned<i64>>,
     timeout_ms: Option<Spanned<i64>>,
+    max_concurrency: Option<Spanned<i64>>,
+    max_per_second: Option<Spanned<f64>>,
+    burst: Option<Spanned<i64>>,
+    priority: Option<Spanned<i64>>,
+}
+
+impl RawSettings {
+    fn limits(&self) -> RawLimits {
+        RawLimits {
+            max_concurrency: self.max_concurrency.clone(),
+            max_per_second: self.max_per_second.clone(),
+            burst: self.burst.clone(),
+            priority: self.priority.clone(),
+        }
+    }
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -186,7 +214,7 @@ impl From<Mode> for ExecutionPolicy {
     }
 }
 
-struct Source<'a>(&'a str);
+pub(crate) struct Source<'a>(&'a str);
 
 impl Source<'_> {
     fn line(&self, span: std::ops::Range<usize>) -> usize {
@@ -198,7 +226,7 @@ impl Source<'_> {
             + 1
     }
 
-    fn error<T>(
+    pub(crate) fn error<T>(
         &self,
         key: &str,
         span: std::ops::Range<usize>,
@@ -228,10 +256,16 @@ impl Config {
         let src = Source(text);
         let raw: RawFile = toml::from_str(text).map_err(|e| syntax_error(&src, &e))?;
         let mut upstreams: Vec<UpstreamConfig> = Vec::new();
+        let mut tool_limits = BTreeMap::new();
+        let mut groups = BTreeMap::new();
         for entry in raw.upstream {
             let span = entry.span();
             let u = entry.into_inner();
-            let checked = check_upstream(&src, span, u)?;
+            let (checked, group, tools) = check_upstream(&src, span, u)?;
+            if group.is_limited() || group.priority != 0 {
+                groups.insert(checked.name.clone(), group);
+            }
+            tool_limits.extend(tools);
             if let Some(first) = upstreams.iter().find(|x| x.name == checked.name) {
                 return Err(ConfigError {
                     key: Some("upstream.name".into()),
@@ -241,7 +275,18 @@ impl Config {
             }
             upstreams.push(checked);
         }
-        Ok(Self { upstreams })
+        let scheduling = scheduling::check(
+            &src,
+            raw.scheduling,
+            raw.tenant,
+            raw.tool,
+            tool_limits,
+            groups,
+        )?;
+        Ok(Self {
+            upstreams,
+            scheduling,
+        })
     }
 }
 
@@ -268,11 +313,15 @@ fn syntax_error(src: &Source<'_>, e: &toml::de::Error) -> ConfigError {
     }
 }
 
+/// One upstream, checked, with the limits its tools share and those of single tools (by
+/// served name).
+type Checked = (UpstreamConfig, Limits, BTreeMap<String, Limits>);
+
 fn check_upstream(
     src: &Source<'_>,
     span: std::ops::Range<usize>,
     u: RawUpstream,
-) -> Result<UpstreamConfig, ConfigError> {
+) -> Result<Checked, ConfigError> {
     let Some(name) = u.name else {
         return src.error("upstream.name", span, "every [[upstream]] needs a name");
     };
@@ -371,7 +420,12 @@ fn check_upstream(
         max_attempts: u.max_attempts,
         ttl_ms: u.ttl_ms,
         timeout_ms: u.timeout_ms,
+        max_concurrency: u.max_concurrency,
+        max_per_second: u.max_per_second,
+        burst: u.burst,
+        priority: u.priority,
     };
+    let group = scheduling::limits(src, &ctx(""), &own.limits())?;
     let defaults = settings(src, &ctx(""), &own, ToolSettings::default())?;
     let max_result_bytes = match &u.max_result_bytes {
         None => DEFAULT_MAX_RESULT_BYTES,
@@ -391,12 +445,17 @@ fn check_upstream(
         }
     };
     let mut overrides = BTreeMap::new();
+    let mut tool_limits = BTreeMap::new();
     for (tool, raw) in u.tool {
         let key = format!("upstream.tool.{tool:?}.");
         let merged = settings(src, &key, &raw, defaults)?;
+        let limits = scheduling::limits(src, &key, &raw.limits())?;
+        if limits != Limits::default() {
+            tool_limits.insert(format!("{prefix}{tool}"), limits);
+        }
         overrides.insert(tool, merged);
     }
-    Ok(UpstreamConfig {
+    let config = UpstreamConfig {
         name,
         transport,
         prefix,
@@ -404,7 +463,8 @@ fn check_upstream(
         defaults,
         overrides,
         max_result_bytes,
-    })
+    };
+    Ok((config, group, tool_limits))
 }
 
 /// `inherit_env`: names of variables (checked), never mcp-tasks' own configuration.

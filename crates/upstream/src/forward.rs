@@ -51,7 +51,8 @@ pub(crate) fn tool(
         .policy(settings.mode)
         .idempotent(settings.idempotent)
         .max_attempts(settings.max_attempts)
-        .ttl(Some(settings.ttl));
+        .ttl(Some(settings.ttl))
+        .group(conn.name());
     if let Some(title) = descriptor.get("title").and_then(Value::as_str) {
         builder = builder.title(title);
     }

@@ -12,6 +12,7 @@ mod declared;
 mod forward;
 mod input;
 mod routing;
+pub mod scheduling;
 mod stdio;
 mod upstream_task;
 
@@ -20,3 +21,4 @@ pub use config::{
     Config, ConfigError, DEFAULT_MAX_RESULT_BYTES, INHERITED_ENV, ToolSettings, Transport,
     UpstreamConfig,
 };
+pub use scheduling::{Limits, Order, Scheduling, TenantPolicy};
