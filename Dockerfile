@@ -12,6 +12,10 @@ FROM rust:1-bookworm AS build
 # (and their dependencies' features) do not change what the image compiles.
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# The store's statements compile against the offline data in .sqlx/ (SQLX_OFFLINE, set in
+# .cargo/config.toml): no database at build time.
+COPY .cargo .cargo
+COPY .sqlx .sqlx
 COPY crates crates
 COPY examples examples
 COPY tests tests

@@ -47,7 +47,7 @@ async fn worker(
 ) -> anyhow::Result<()> {
     let tools = command.tools.load().await?;
     mcp_tasks_worker::run(
-        store,
+        store.worker(),
         tools.registry.clone(),
         command.worker.config("mcp-tasks"),
         shutdown,
@@ -61,7 +61,7 @@ pub(super) fn install_metrics(store: &Store) -> anyhow::Result<Metrics> {
     let metrics = Metrics::install()
         .map_err(anyhow::Error::msg)
         .context("installing the metrics recorder")?;
-    Ok(metrics.with_store(store.clone()))
+    Ok(metrics.with_store(store.shared()))
 }
 
 /// Runs `work` with `GET /metrics` served on `listen` (when set) until `work` is done.

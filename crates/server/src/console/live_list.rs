@@ -83,7 +83,7 @@ pub(crate) async fn events(
         }
     } else {
         match state
-            .store()
+            .console_reads()
             .console_tasks(&scope, &filter, params.after, PAGE)
             .await
         {
@@ -196,7 +196,7 @@ impl LiveList {
         }
         let page = match self
             .state
-            .store()
+            .console_reads()
             .console_tasks(&self.scope, &filter, None, PAGE)
             .await
         {

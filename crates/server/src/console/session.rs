@@ -118,7 +118,7 @@ impl Session {
     pub(crate) async fn revoke(&self, state: &AppState, owner: &Owner) -> Result<(), StoreError> {
         let ttl_ms = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
         state
-            .store()
+            .sessions()
             .revoke_session(
                 owner,
                 &Revocation {
@@ -267,7 +267,7 @@ impl Viewer {
         }
         // Signed out (on whichever replica): the session is over even if its token is not.
         let revoked = state
-            .store()
+            .sessions()
             .session_revoked(
                 &identity.owner,
                 &session.revocation_name(),
