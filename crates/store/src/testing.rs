@@ -11,7 +11,9 @@
 //! on their own connections beside the service's create.
 
 use serde_json::{Map, Value};
+use std::io::Write as _;
 use time::OffsetDateTime;
+
 use time::format_description::well_known::Rfc3339;
 
 use crate::{DbResult, Owner, Result, Store, StoreError, TaskId};
@@ -140,8 +142,9 @@ impl Store {
             .db()?;
         let mut copy = tx.copy_in_raw(COPY).await.db()?;
         let mut buffer = Vec::with_capacity(CHUNK + 4096);
+        let mut cache = Cache::default();
         for task in tasks {
-            csv_row(&task, &mut buffer)?;
+            csv_row(&task, &mut buffer, &mut cache)?;
             if buffer.len() >= CHUNK {
                 copy.send(std::mem::take(&mut buffer)).await.db()?;
                 buffer.reserve(CHUNK + 4096);
@@ -156,13 +159,16 @@ impl Store {
     }
 }
 
-/// One CSV line of [`COPY`]'s columns. NULL is an unquoted empty field; every value is
-/// quoted, so an empty string stays one.
-fn csv_row(task: &Seed, out: &mut Vec<u8>) -> Result<()> {
-    let time = |t: &OffsetDateTime| {
-        t.format(&Rfc3339)
-            .map_err(|e| StoreError::refused(format!("a seed's time: {e}")))
-    };
+/// The last value written in each JSON and time column, and its CSV: the rows of a bulk
+/// load mostly repeat them, and encoding is most of the time a seed takes in a debug build.
+#[derive(Default)]
+struct Cache {
+    json: [Option<(Value, Vec<u8>)>; 4],
+    times: [Option<(OffsetDateTime, Vec<u8>)>; 7],
+}
+
+/// One CSV line of [`COPY`]'s columns, written straight into `out`.
+fn csv_row(task: &Seed, out: &mut Vec<u8>, cache: &mut Cache) -> Result<()> {
     let (status, result, error, requests, finished_at) = match &task.state {
         SeedState::Queued { .. } | SeedState::Leased { .. } => ("working", None, None, None, None),
         SeedState::InputRequired { requests } => {
@@ -186,62 +192,149 @@ fn csv_row(task: &Seed, out: &mut Vec<u8>) -> Result<()> {
             worker,
             token,
             expires_at,
-        } => Some((worker, *token, expires_at)),
+        } => Some((worker.as_str(), *token, expires_at)),
         _ => None,
     };
     let expires_at = task
         .ttl_ms
         .map(|ms| task.created_at + time::Duration::milliseconds(ms));
-    let keys = requests.map(|r| {
-        let quoted: Vec<String> = r
-            .keys()
+    let claim = task.claim.as_ref();
+    let mut line = Line {
+        out,
+        cache,
+        started: false,
+    };
+    line.text(Some(&task.owner.tenant));
+    line.text(Some(&task.owner.principal));
+    line.field();
+    let mut id = uuid::Uuid::encode_buffer();
+    line.out.push(b'"');
+    line.out
+        .extend_from_slice(task.id.0.hyphenated().encode_lower(&mut id).as_bytes());
+    line.out.push(b'"');
+    line.text(Some(&task.tool));
+    line.json(0, Some(&task.arguments));
+    line.text(Some(status));
+    line.text(task.status_message.as_deref());
+    line.time(0, Some(&task.created_at))?;
+    line.time(1, Some(finished_at.unwrap_or(&task.created_at)))?;
+    line.time(2, finished_at)?;
+    line.display(task.ttl_ms);
+    line.display(task.poll_interval_ms);
+    line.display(Some(task.retention_ms));
+    line.time(3, expires_at.as_ref())?;
+    line.json(1, result);
+    line.json(2, error);
+    line.json(3, requests.map(|r| Value::Object(r.clone())).as_ref());
+    // A text[] literal of the requests' keys: each element quoted, `\` and `"` escaped.
+    let keys = requests.map_or_else(String::new, |r| {
+        r.keys()
             .map(|k| format!("\"{}\"", k.replace('\\', "\\\\").replace('"', "\\\"")))
-            .collect();
-        format!("{{{}}}", quoted.join(","))
+            .collect::<Vec<_>>()
+            .join(",")
     });
-    let json = |v: &Value| v.to_string();
-    let fields: [Option<String>; 28] = [
-        Some(task.owner.tenant.clone()),
-        Some(task.owner.principal.clone()),
-        Some(task.id.to_string()),
-        Some(task.tool.clone()),
-        Some(json(&task.arguments)),
-        Some(status.to_owned()),
-        task.status_message.clone(),
-        Some(time(&task.created_at)?),
-        Some(time(finished_at.unwrap_or(&task.created_at))?),
-        finished_at.map(time).transpose()?,
-        task.ttl_ms.map(|v| v.to_string()),
-        task.poll_interval_ms.map(|v| v.to_string()),
-        Some(task.retention_ms.to_string()),
-        expires_at.as_ref().map(time).transpose()?,
-        result.map(json),
-        error.map(json),
-        requests.map(|r| Value::Object(r.clone()).to_string()),
-        Some(keys.unwrap_or_else(|| "{}".to_owned())),
-        Some(task.max_attempts.to_string()),
-        Some(task.attempt.to_string()),
-        run_after.map(time).transpose()?,
-        lease.map(|(worker, _, _)| worker.clone()),
-        Some(lease.map_or(0, |(_, token, _)| token).to_string()),
-        lease.map(|(_, _, at)| time(at)).transpose()?,
-        task.claim.as_ref().map(|c| time(&c.at)).transpose()?,
-        task.claim.as_ref().map(|c| c.worker.clone()),
-        task.claim.as_ref().map(|c| c.pickup_ms.to_string()),
-        task.claim.as_ref().map(|_| task.attempt.to_string()),
-    ];
-    for (i, field) in fields.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+    line.text(Some(&format!("{{{keys}}}")));
+    line.display(Some(task.max_attempts));
+    line.display(Some(task.attempt));
+    line.time(4, run_after)?;
+    line.text(lease.map(|(worker, _, _)| worker));
+    line.display(Some(lease.map_or(0, |(_, token, _)| token)));
+    line.time(5, lease.map(|(_, _, at)| at))?;
+    line.time(6, claim.map(|c| &c.at))?;
+    line.text(claim.map(|c| c.worker.as_str()));
+    line.display(claim.map(|c| c.pickup_ms));
+    line.display(claim.map(|_| task.attempt));
+    line.out.push(b'\n');
+    Ok(())
+}
+
+/// A CSV line being written: every value quoted (so an empty string stays one), NULL an
+/// unquoted empty field.
+struct Line<'a> {
+    out: &'a mut Vec<u8>,
+    cache: &'a mut Cache,
+    started: bool,
+}
+
+impl Line<'_> {
+    /// Starts a field (after the separator): NULL unless a value follows.
+    fn field(&mut self) {
+        if self.started {
+            self.out.push(b',');
         }
-        if let Some(value) = field {
-            out.push(b'"');
-            out.extend_from_slice(value.replace('"', "\"\"").as_bytes());
-            out.push(b'"');
+        self.started = true;
+    }
+
+    fn quoted<E>(&mut self, write: impl FnOnce(&mut Quoted<'_>) -> Result<(), E>) -> Result<(), E> {
+        self.out.push(b'"');
+        let written = write(&mut Quoted(self.out));
+        self.out.push(b'"');
+        written
+    }
+
+    fn text(&mut self, value: Option<&str>) {
+        self.field();
+        if let Some(v) = value {
+            // Writing into memory does not fail.
+            let _ = self.quoted(|q| q.write_all(v.as_bytes()));
         }
     }
-    out.push(b'\n');
-    Ok(())
+
+    fn display(&mut self, value: Option<impl std::fmt::Display>) {
+        self.field();
+        if let Some(v) = value {
+            let _ = self.quoted(|q| write!(q, "{v}"));
+        }
+    }
+
+    /// Column `slot`'s JSON (see [`Cache`]).
+    fn json(&mut self, slot: usize, value: Option<&Value>) {
+        self.field();
+        let Some(v) = value else { return };
+        match &self.cache.json[slot] {
+            Some((last, csv)) if last == v => self.out.extend_from_slice(csv),
+            _ => {
+                let start = self.out.len();
+                let _ = self.quoted(|q| serde_json::to_writer(q, v));
+                self.cache.json[slot] = Some((v.clone(), self.out[start..].to_vec()));
+            }
+        }
+    }
+
+    /// Column `slot`'s time (see [`Cache`]).
+    fn time(&mut self, slot: usize, value: Option<&OffsetDateTime>) -> Result<()> {
+        self.field();
+        let Some(t) = value else { return Ok(()) };
+        match &self.cache.times[slot] {
+            Some((last, csv)) if last == t => self.out.extend_from_slice(csv),
+            _ => {
+                let start = self.out.len();
+                self.quoted(|q| t.format_into(q, &Rfc3339).map(drop))
+                    .map_err(|e| StoreError::refused(format!("a seed's time: {e}")))?;
+                self.cache.times[slot] = Some((*t, self.out[start..].to_vec()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes CSV field content, doubling quotes.
+struct Quoted<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Quoted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &b in buf {
+            if b == b'"' {
+                self.0.push(b'"');
+            }
+            self.0.push(b);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -258,11 +351,42 @@ mod tests {
                 .unwrap_or_default(),
         };
         let mut out = Vec::new();
-        csv_row(&task, &mut out).expect("row");
+        csv_row(&task, &mut out, &mut Cache::default()).expect("row");
         let line = String::from_utf8(out).expect("utf-8");
         assert!(line.starts_with("\"t\",\"p\"\"q\","), "{line}");
         assert!(line.contains(",\"input_required\",,"), "{line}");
         assert!(line.contains(r#","{""a\""b""}","#), "{line}");
         assert!(line.ends_with(",\"0\",,,,,\n"), "{line}");
+    }
+
+    #[test]
+    fn cached_values_are_written_as_fresh_ones_would_be() {
+        let now = OffsetDateTime::now_utc();
+        let done = |text: &str, at| SeedState::Completed {
+            result: serde_json::json!({ "text": text }),
+            finished_at: at,
+        };
+        let owner = Owner::new("t", "p");
+        let rows = [
+            Seed {
+                state: done("a", now),
+                ..Seed::new(owner.clone(), "x")
+            },
+            Seed {
+                state: done("b", now),
+                ..Seed::new(owner.clone(), "x")
+            },
+            Seed {
+                state: done("a", now + time::Duration::seconds(1)),
+                ..Seed::new(owner.clone(), "x")
+            },
+        ];
+        let (mut shared, mut cache) = (Vec::new(), Cache::default());
+        let mut fresh = Vec::new();
+        for row in &rows {
+            csv_row(row, &mut shared, &mut cache).expect("row");
+            csv_row(row, &mut fresh, &mut Cache::default()).expect("row");
+        }
+        assert_eq!(String::from_utf8(shared), String::from_utf8(fresh));
     }
 }
