@@ -14,6 +14,10 @@ FROM rust:1-bookworm AS build
 # not in it (deploy/validate checks the image's binary with tests/checks/harness-not-shipped).
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# The store's statements compile against the offline data in .sqlx/ (SQLX_OFFLINE, set in
+# .cargo/config.toml): no database at build time.
+COPY .cargo .cargo
+COPY .sqlx .sqlx
 COPY crates crates
 COPY examples examples
 COPY tests tests

@@ -347,6 +347,7 @@ fn new_task() -> NewTask {
 
 async fn stored_task(store: &Store, who: &str) -> TaskId {
     store
+        .replica()
         .create_task(&Owner::new("default", who), new_task())
         .await
         .expect("create")
@@ -354,7 +355,11 @@ async fn stored_task(store: &Store, who: &str) -> TaskId {
 }
 
 async fn claim(store: &Store, id: TaskId) -> Lease {
-    let claimed = store.claim("test-worker", 10, 60_000).await.expect("claim");
+    let claimed = store
+        .worker()
+        .claim("test-worker", 10, 60_000)
+        .await
+        .expect("claim");
     claimed
         .into_iter()
         .find(|c| c.lease.id == id)
@@ -413,6 +418,7 @@ async fn past_the_cap_idle_connections_make_room_for_new_clients() {
     let lease = claim(&db.store, id).await;
     assert!(
         db.store
+            .worker()
             .set_status_message(&lease, "heard past the cap")
             .await
             .expect("status")
@@ -481,6 +487,7 @@ async fn past_the_cap_of_busy_connections_new_ones_get_a_fast_503_and_probes_sti
     let lease = claim(&db.store, id).await;
     assert!(
         db.store
+            .worker()
             .set_status_message(&lease, "still streaming")
             .await
             .expect("status")
@@ -501,6 +508,7 @@ async fn past_the_cap_of_busy_connections_new_ones_get_a_fast_503_and_probes_sti
     .await;
     assert!(
         db.store
+            .worker()
             .finish(&lease, &Finish::Completed(json!({ "content": [] })), None)
             .await
             .expect("finish")
@@ -533,6 +541,7 @@ async fn a_client_that_stops_reading_is_cut_off_after_the_idle_timeout() {
         let message = format!("{i:05} {padding}");
         assert!(
             db.store
+                .worker()
                 .set_status_message(&lease, &message)
                 .await
                 .expect("status")
@@ -540,6 +549,7 @@ async fn a_client_that_stops_reading_is_cut_off_after_the_idle_timeout() {
     }
     assert!(
         db.store
+            .worker()
             .finish(&lease, &Finish::Completed(json!({ "content": [] })), None)
             .await
             .expect("finish")
@@ -629,6 +639,7 @@ async fn under_a_low_file_limit_the_replica_keeps_its_database_and_recovers() {
     let lease = claim(&db.store, id).await;
     assert!(
         db.store
+            .worker()
             .set_status_message(&lease, "heard in the flood")
             .await
             .expect("status")
@@ -661,6 +672,7 @@ async fn under_a_low_file_limit_the_replica_keeps_its_database_and_recovers() {
     concurrent_gets(&url, &id.to_string()).await;
     assert!(
         db.store
+            .worker()
             .finish(&lease, &Finish::Completed(json!({ "content": [] })), None)
             .await
             .expect("finish")

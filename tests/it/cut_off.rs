@@ -116,6 +116,7 @@ async fn a_worker_cut_off_from_its_database_stops_its_run_before_the_lease_runs_
     let marker = dir.join("marker");
     let task = db
         .store
+        .replica()
         .create_task(
             &owner,
             NewTask {
@@ -176,7 +177,11 @@ async fn a_worker_cut_off_from_its_database_stops_its_run_before_the_lease_runs_
     assert!(restarted >= lapsed, "{seen:?}, lapsed at {lapsed}");
 
     // The second worker has the task; stop its run.
-    db.store.cancel_task(&owner, task.id).await.expect("cancel");
+    db.store
+        .replica()
+        .cancel_task(&owner, task.id)
+        .await
+        .expect("cancel");
     relay.resume();
     drop(other);
     drop(cut);
@@ -293,9 +298,9 @@ async fn a_worker_whose_server_goes_silent_gives_up_its_duty_connection() {
 
     // Waiting in the duty's queue when the server goes silent: the wait ends, instead of
     // lasting as long as the connection (for ever, for a server that is gone).
-    let mut holder = db.store.duty();
+    let mut holder = db.store.worker().duty();
     holder.take(key).await.expect("the duty");
-    let mut waiter = cut.duty();
+    let mut waiter = cut.worker().duty();
     let waiting = tokio::spawn(async move { waiter.take(key).await });
     eventually(WAIT, "the second duty connection queued", || async {
         (duty_locks(&db).await == (1, 1)).then_some(())
@@ -316,7 +321,7 @@ async fn a_worker_whose_server_goes_silent_gives_up_its_duty_connection() {
     holder.close().await;
 
     // Holding the duty when the server goes silent: the check says so.
-    let mut held = cut.duty();
+    let mut held = cut.worker().duty();
     held.take(key).await.expect("the duty, through the relay");
     held.check().await.expect("an answering server");
     relay.pause();

@@ -198,6 +198,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
 
     assert!(
         store
+            .worker()
             .set_status_message(&lease, "halfway")
             .await
             .expect("status")
@@ -211,6 +212,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
     }}});
     let requests = requests.as_object().expect("object").clone();
     store
+        .worker()
         .request_input(&lease, &requests, Some("Waiting"), None)
         .await
         .expect("request input");
@@ -233,6 +235,7 @@ async fn every_change_is_a_frame_equal_to_tasks_get_and_the_stream_ends_when_ter
     let result = json!({ "content": [{ "type": "text", "text": "done" }], "isError": false });
     assert!(
         store
+            .worker()
             .finish(
                 &lease,
                 &Finish::Completed(result.clone()),
@@ -356,6 +359,7 @@ async fn a_killed_listen_connection_costs_no_final_state() {
     let result = json!({ "content": [{ "type": "text", "text": "survived" }] });
     assert!(
         store
+            .worker()
             .finish(&lease, &Finish::Completed(result), None)
             .await
             .expect("finish")
@@ -552,6 +556,7 @@ async fn a_subscriber_that_does_not_read_gets_the_latest_snapshot_not_a_backlog(
         let message = format!("{i:05} {padding}");
         assert!(
             store
+                .worker()
                 .set_status_message(&lease, &message)
                 .await
                 .expect("status")
@@ -559,6 +564,7 @@ async fn a_subscriber_that_does_not_read_gets_the_latest_snapshot_not_a_backlog(
     }
     assert!(
         store
+            .worker()
             .finish(
                 &lease,
                 &Finish::Completed(json!({ "content": [] })),
@@ -613,6 +619,7 @@ async fn the_listen_stream_is_plain_sse_with_one_message_per_event() {
     let result = json!({ "content": [{ "type": "text", "text": "raw" }], "isError": false });
     assert!(
         store
+            .worker()
             .finish(&lease, &Finish::Completed(result), Some("Completed"))
             .await
             .expect("finish")

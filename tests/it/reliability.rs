@@ -534,7 +534,11 @@ async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed
 
     // The database restarts while the task runs; the outage is shorter than the lease,
     // though the lease may well lapse before the worker reaches the database again.
-    let t = store.create_task(&owner, task(6)).await.expect("create");
+    let t = store
+        .replica()
+        .create_task(&owner, task(6))
+        .await
+        .expect("create");
     running(&pool, t.id.0).await;
     tokio::task::block_in_place(|| db.stop());
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -546,7 +550,7 @@ async fn a_database_restart_shorter_than_the_lease_costs_no_attempt_but_a_killed
     // A worker killed mid-task costs one: the next worker runs it again. (The first
     // statements on connections from before the restart fail: retried.)
     let t = eventually(WAIT, "a create after the restart", || async {
-        store.create_task(&owner, task(2)).await.ok()
+        store.replica().create_task(&owner, task(2)).await.ok()
     })
     .await;
     running(&pool, t.id.0).await;

@@ -196,7 +196,11 @@ async fn graceful_worker_shutdown_releases() {
 
     // Finish quickly: cancel it.
     assert_eq!(
-        store.cancel_task(&owner, id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
     eventually(

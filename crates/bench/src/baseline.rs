@@ -96,21 +96,11 @@ async fn drive_on(
 }
 
 /// The one-row INSERT of a create, on its own (autocommit).
-pub(crate) const INSERT: &str = r"
-    INSERT INTO tasks (
-        tenant, principal, id, tool, arguments, trace_context,
-        status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
-        input_responses, max_attempts, run_after
-    ) VALUES (
-        $1, $2, $3, 'slow_compute', '{}'::jsonb, NULL,
-        'Queued; waiting for a worker', NULL, 500, 3600000, NULL,
-        '{}'::jsonb, 3, now()
-    )";
-
 pub(crate) fn insert() -> Op {
     Arc::new(|pool, _| {
         Box::pin(async move {
-            sqlx::query(INSERT)
+            // The store's own statement (its `testing` feature), not a column list of ours.
+            sqlx::query(mcp_tasks_store::testing::RAW_CREATE)
                 .bind(TENANT)
                 .bind(PRINCIPAL)
                 .bind(Uuid::new_v4())

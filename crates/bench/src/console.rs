@@ -10,7 +10,11 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use mcp_tasks_store::Owner;
+use mcp_tasks_store::testing::{Seed, SeedClaim, SeedState};
+use serde_json::json;
 use sqlx::Connection;
+use time::OffsetDateTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -25,33 +29,67 @@ const TARGET_MS: f64 = 300.0;
 const WARM: usize = 20;
 
 /// The bulk load: mixed statuses, several principals and tools, an hour of finishes
-/// (pickup and run times for the health plots), live leases, and lapses in the history.
-const LOAD: &str = r#"
-    INSERT INTO tasks (tenant, principal, id, tool, arguments, status, status_message,
-        created_at, updated_at, finished_at, retention_ms, expires_at, result, error,
-        input_requests, max_attempts, attempt, run_after, lease_owner, lease_token,
-        lease_expires_at, claimed_at, claimed_by, pickup_ms)
-    SELECT 'default', CASE WHEN g % 5 < 3 THEN 'anonymous' ELSE 'p' || (g % 50) END,
-        gen_random_uuid(), 'tool_' || (g % 4), '{"n":1}', s.status, 'bench',
-        c.at, c.at, CASE WHEN s.status IN ('completed', 'failed', 'cancelled') THEN c.at + interval '2 seconds' END,
-        3600000, now() + interval '1 day',
-        CASE WHEN s.status = 'completed' THEN '{"content":[],"isError":false}'::jsonb END,
-        CASE WHEN s.status = 'failed' THEN '{"code":-32603,"message":"x"}'::jsonb END,
-        CASE WHEN s.status = 'input_required' THEN '{"k":{"method":"elicitation/create"}}'::jsonb END,
-        3, CASE WHEN s.status = 'working' AND g % 2 = 0 THEN 0 ELSE 1 + g % 3 END,
-        CASE WHEN s.status = 'working' AND g % 2 = 1 THEN now() + interval '1 day' END,
-        CASE WHEN s.status = 'working' AND g % 2 = 0 THEN 'worker-' || (g % 8) END,
-        1,
-        CASE WHEN s.status = 'working' AND g % 2 = 0 THEN now() + interval '1 day' END,
-        CASE WHEN s.status <> 'working' OR g % 2 = 0 THEN c.at + interval '1 second' END,
-        CASE WHEN s.status <> 'working' OR g % 2 = 0 THEN 'worker-' || (g % 8) END,
-        CASE WHEN s.status <> 'working' OR g % 2 = 0 THEN (g % 1000) END
-    FROM generate_series(1, $1) g
-    CROSS JOIN LATERAL (SELECT now() - ($1 - g) * interval '30 milliseconds' AS at) c
-    CROSS JOIN LATERAL (SELECT CASE
-        WHEN g % 100 < 70 THEN 'completed' WHEN g % 100 < 78 THEN 'failed'
-        WHEN g % 100 < 84 THEN 'cancelled' WHEN g % 100 < 92 THEN 'working'
-        ELSE 'input_required' END AS status) s"#;
+/// (pickup and run times for the health plots), and live leases; seeded through the store
+/// (`testing`), one task every 30 ms up to now.
+fn load(n: i64) -> impl Iterator<Item = Seed> {
+    let now = OffsetDateTime::now_utc();
+    let day = time::Duration::days(1);
+    (1..=n).map(move |g| {
+        let at = now - time::Duration::milliseconds((n - g) * 30);
+        let principal = if g % 5 < 3 {
+            PRINCIPAL.to_owned()
+        } else {
+            format!("p{}", g % 50)
+        };
+        let done = at + time::Duration::seconds(2);
+        let leased = g % 2 == 0;
+        let state = match g % 100 {
+            0..70 => SeedState::Completed {
+                result: json!({ "content": [], "isError": false }),
+                finished_at: done,
+            },
+            70..78 => SeedState::Failed {
+                error: json!({ "code": -32603, "message": "x" }),
+                finished_at: done,
+            },
+            78..84 => SeedState::Cancelled { finished_at: done },
+            84..92 if leased => SeedState::Leased {
+                worker: format!("worker-{}", g % 8),
+                token: 1,
+                expires_at: now + day,
+            },
+            84..92 => SeedState::Queued {
+                run_after: Some(now + day),
+            },
+            _ => SeedState::InputRequired {
+                requests: json!({ "k": { "method": "elicitation/create" } })
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+        };
+        let queued = matches!(state, SeedState::Queued { .. });
+        Seed {
+            arguments: json!({ "n": 1 }),
+            status_message: Some("bench".into()),
+            created_at: at,
+            // Deleted no sooner than a day from now.
+            ttl_ms: Some((now + day - at).whole_milliseconds() as i64),
+            attempt: if matches!(state, SeedState::Leased { .. }) {
+                0
+            } else {
+                i32::try_from(1 + g % 3).unwrap_or(1)
+            },
+            claim: (!queued).then(|| SeedClaim {
+                at: at + time::Duration::seconds(1),
+                worker: format!("worker-{}", g % 8),
+                pickup_ms: i32::try_from(g % 1000).unwrap_or(0),
+            }),
+            state,
+            ..Seed::new(Owner::new(TENANT, principal), format!("tool_{}", g % 4))
+        }
+    })
+}
 
 /// The history: a lapse for a tenth of the tasks that ran more than once, over the last
 /// day (the health page counts the last hour's), and the input rounds of waiting tasks.
@@ -186,7 +224,7 @@ pub(crate) async fn console(env: &Env, out: &mut dyn Write) -> anyhow::Result<()
     let n: i64 = if env.config.short { 20_000 } else { 100_000 };
     let sql = &env.db.sql;
     let started = Instant::now();
-    sqlx::query(LOAD).bind(n).execute(sql).await?;
+    env.db.store.seed(load(n)).await?;
     sqlx::query(EVENTS).execute(sql).await?;
     for statement in ["VACUUM ANALYZE tasks", "VACUUM ANALYZE task_events"] {
         sqlx::query(statement).execute(sql).await?;
@@ -254,7 +292,7 @@ pub(crate) async fn console(env: &Env, out: &mut dyn Write) -> anyhow::Result<()
         } else {
             "admin"
         };
-        for plan in env.store.console_plans(&scope, "tool_1").await? {
+        for plan in env.store.console().console_plans(&scope, "tool_1").await? {
             let indexes = plan.indexes();
             let verdict = if plan.scans_table() {
                 scans += 1;

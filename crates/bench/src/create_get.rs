@@ -169,14 +169,17 @@ async fn completed_task(env: &Env, result: serde_json::Value) -> anyhow::Result<
         token: 0,
     };
     // Claimed the way a worker would, then finished with its token.
-    let claimed = store.claim("bench", 1000, 30_000).await?;
+    let claimed = store.worker().claim("bench", 1000, 30_000).await?;
     for c in claimed {
         let result = if c.lease.id == lease.id {
             mcp_tasks_store::Finish::Completed(result.clone())
         } else {
             mcp_tasks_store::Finish::Cancelled
         };
-        store.finish(&c.lease, &result, Some("Completed")).await?;
+        store
+            .worker()
+            .finish(&c.lease, &result, Some("Completed"))
+            .await?;
     }
     Ok(id)
 }

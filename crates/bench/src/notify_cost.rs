@@ -73,6 +73,7 @@ async fn measure(config: &Config, db: &ScratchDatabase, out: &mut dyn Write) -> 
     let owner = Owner::new("bench", "bench");
     for _ in 0..config.tasks {
         store
+            .replica()
             .create_task(
                 &owner,
                 NewTask {
@@ -92,6 +93,7 @@ async fn measure(config: &Config, db: &ScratchDatabase, out: &mut dyn Write) -> 
             .await?;
     }
     let leases: Vec<Lease> = store
+        .worker()
         .claim("bench", i64::try_from(config.tasks)?, 3_600_000)
         .await?
         .into_iter()
@@ -160,7 +162,7 @@ async fn prepare(
         .await?;
     let keys: Vec<_> = leases.iter().map(|l| (owner.clone(), l.id)).collect();
     if design == Design::AllWatched {
-        db.store.watch(&keys, 3_600_000).await?;
+        db.store.replica().watch(&keys, 3_600_000).await?;
     } else {
         db.unwatch_all().await?;
     }
@@ -203,7 +205,7 @@ async fn run_design(
                 let changed = if design == Design::NotifyAlways {
                     scratch::status_with_notify(&sql, lease, message).await?
                 } else {
-                    store.set_status_message(lease, message).await?
+                    store.worker().set_status_message(lease, message).await?
                 };
                 anyhow::ensure!(changed, "a bench transition was refused");
                 n += 1;

@@ -239,6 +239,7 @@ async fn create_tasks(store: &Store, n: usize) -> anyhow::Result<Vec<TaskId>> {
             let (store, owner) = (store.clone(), owner.clone());
             async move {
                 store
+                    .replica()
                     .create_task(
                         &owner,
                         NewTask {
@@ -295,6 +296,7 @@ async fn open_streams(url: &str, ids: &[TaskId]) -> anyhow::Result<Vec<(TaskId, 
 async fn push_latency(config: &Config, store: &Store, url: &str) -> anyhow::Result<PushResult> {
     let ids = create_tasks(store, config.streams).await?;
     let leases: HashMap<TaskId, Lease> = store
+        .worker()
         .claim("bench", i64::try_from(config.streams)?, 3_600_000)
         .await?
         .into_iter()
@@ -344,6 +346,7 @@ async fn push_latency(config: &Config, store: &Store, url: &str) -> anyhow::Resu
                 let lease = &leases[seq % leases.len()];
                 let before = Instant::now();
                 let changed = store
+                    .worker()
                     .set_status_message(lease, &format!("bench {seq}"))
                     .await?;
                 let after = Instant::now();

@@ -5,6 +5,11 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use mcp_tasks_store::Owner;
+use mcp_tasks_store::testing::{Seed, SeedState};
+use serde_json::json;
+use time::OffsetDateTime;
+
 use crate::create_get::{create_at, get_at};
 use crate::env::{Env, target};
 use crate::lifecycle;
@@ -182,53 +187,81 @@ async fn compare(empty: &Env, loaded: &Env, out: &mut dyn Write) -> anyhow::Resu
     Ok(())
 }
 
-/// The bulk load, in the benchmark's own SQL (it bypasses the service on purpose).
+/// The bulk load, bypassing the service on purpose: tasks seeded through the store
+/// (`testing`), tombstones in the benchmark's own SQL.
 async fn load(env: &Env, sizes: &Sizes) -> anyhow::Result<()> {
-    let sql = &env.db.sql;
-    let statements = [
-        // Finished, readable for another hour; `due` of them past it (for deletion).
-        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status, status_message,
-               created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms,
-               expires_at, result, max_attempts, attempt, lease_token, version)
-           SELECT 'bulk', 'p' || (g % 1000), gen_random_uuid(), 'slow_compute', '{"seconds":0}',
-               'completed', 'Completed', now() - interval '5 minutes', now() - interval '5 minutes',
-               now() - interval '5 minutes', 3900000, 500, 3600000,
-               CASE WHEN g <= $2 THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END,
-               '{"content":[{"type":"text","text":"Computed job in 0 s."}],"isError":false}',
-               3, 1, 1, 3
-           FROM generate_series(1, $1) g"#,
-        // Queued, due tomorrow (so no worker of this run takes them); `due` of them past
-        // their TTL (for expiry).
-        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status_message, ttl_ms,
-               poll_interval_ms, retention_ms, expires_at, max_attempts, run_after)
-           SELECT 'bulk', 'p' || (g % 1000), gen_random_uuid(), 'slow_compute', '{"seconds":0}',
-               'Queued; waiting for a worker',
-               CASE WHEN g <= $2 THEN 1000 ELSE NULL END, 500, 3600000,
-               CASE WHEN g <= $2 THEN now() - interval '1 minute' ELSE NULL END,
-               3, now() + interval '1 day'
-           FROM generate_series(1, $1) g"#,
-        // Leases lapsed with every attempt used (for rescue).
-        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, retention_ms, max_attempts,
-               attempt, lease_owner, lease_token, lease_expires_at, run_after)
-           SELECT 'bulk', 'lapsed', gen_random_uuid(), 'slow_compute', '{"seconds":0}', 3600000,
-               3, 3, 'gone', 3, now() - interval '1 minute', now() - interval '1 minute'
-           FROM generate_series(1, $2) g WHERE $1 > 0"#,
-        // Tombstones, `due` of them older than their retention (for the purge).
-        r#"INSERT INTO tombstones (owner, id, deleted_at)
-           SELECT mcp_tasks_owner_digest('bulk', 'p' || (g % 1000)), gen_random_uuid(),
-               CASE WHEN g <= $2 THEN now() - interval '8 days' ELSE now() END
-           FROM generate_series(1, $1) g"#,
-    ];
-    let counts = [sizes.finished, sizes.queued, 1, sizes.tombstones];
-    for (statement, n) in statements.into_iter().zip(counts) {
-        sqlx::query(statement)
-            .bind(n)
-            .bind(sizes.due)
-            .execute(sql)
-            .await?;
-    }
+    let now = OffsetDateTime::now_utc();
+    let minutes = |m: i64| time::Duration::minutes(m);
+    let bulk = |g: i64, tool: &str| Seed {
+        arguments: json!({ "seconds": 0 }),
+        poll_interval_ms: Some(500),
+        ..Seed::new(Owner::new("bulk", format!("p{}", g % 1000)), tool)
+    };
+    // Finished, readable for another hour; `due` of them past it (for deletion).
+    let finished = (1..=sizes.finished).map(|g| {
+        let due = g <= sizes.due;
+        Seed {
+            state: SeedState::Completed {
+                result: json!({
+                    "content": [{ "type": "text", "text": "Computed job in 0 s." }],
+                    "isError": false
+                }),
+                finished_at: now - minutes(5),
+            },
+            status_message: Some("Completed".into()),
+            // 65 minutes from creation: an hour from now, or (due) a minute ago.
+            created_at: now - minutes(if due { 66 } else { 5 }),
+            ttl_ms: Some(3_900_000),
+            attempt: 1,
+            ..bulk(g, "slow_compute")
+        }
+    });
+    // Queued, due tomorrow (so no worker of this run takes them); `due` of them past
+    // their TTL (for expiry).
+    let queued = (1..=sizes.queued).map(|g| {
+        let due = g <= sizes.due;
+        Seed {
+            state: SeedState::Queued {
+                run_after: Some(now + time::Duration::days(1)),
+            },
+            status_message: Some("Queued; waiting for a worker".into()),
+            created_at: if due {
+                now - time::Duration::seconds(61)
+            } else {
+                now
+            },
+            ttl_ms: due.then_some(1000),
+            ..bulk(g, "slow_compute")
+        }
+    });
+    // Leases lapsed with every attempt used (for rescue).
+    let lapsed = (1..=sizes.due).map(|_| Seed {
+        state: SeedState::Leased {
+            worker: "gone".into(),
+            token: 3,
+            expires_at: now - minutes(1),
+        },
+        attempt: 3,
+        arguments: json!({ "seconds": 0 }),
+        ..Seed::new(Owner::new("bulk", "lapsed"), "slow_compute")
+    });
+    env.db
+        .store
+        .seed(finished.chain(queued).chain(lapsed))
+        .await?;
+    // Tombstones, `due` of them older than their retention (for the purge).
+    sqlx::query(
+        r"INSERT INTO tombstones (owner, id, deleted_at)
+          SELECT mcp_tasks_owner_digest('bulk', 'p' || (g % 1000)), gen_random_uuid(),
+              CASE WHEN g <= $2 THEN now() - interval '8 days' ELSE now() END
+          FROM generate_series(1, $1) g",
+    )
+    .bind(sizes.tombstones)
+    .bind(sizes.due)
+    .execute(&env.db.sql)
+    .await?;
     for statement in ["VACUUM ANALYZE tasks", "VACUUM ANALYZE tombstones"] {
-        sqlx::query(statement).execute(sql).await?;
+        sqlx::query(statement).execute(&env.db.sql).await?;
     }
     Ok(())
 }
@@ -262,12 +295,12 @@ async fn maintenance(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
             let started = Instant::now();
             let n = match name {
                 "rescue" => {
-                    let r = store.rescue_lapsed(batch).await?;
+                    let r = store.worker().rescue_lapsed(batch).await?;
                     r.failed + r.cancelled
                 }
-                "expiry" => store.expire_overdue(batch).await?,
-                "deletion" => store.purge_expired(batch).await?,
-                _ => store.purge_tombstones(keep_ms, batch).await?,
+                "expiry" => store.worker().expire_overdue(batch).await?,
+                "deletion" => store.worker().purge_expired(batch).await?,
+                _ => store.worker().purge_tombstones(keep_ms, batch).await?,
             };
             times.push(started.elapsed());
             done.push(n);

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks_store::Store;
+use mcp_tasks_store::SharedStore;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -32,7 +32,7 @@ pub struct Metrics {
 
 struct Inner {
     handle: PrometheusHandle,
-    store: Option<Store>,
+    store: Option<SharedStore>,
     sampled_at: Mutex<Option<Instant>>,
 }
 
@@ -79,7 +79,7 @@ impl Metrics {
     }
 
     /// The same registry, sampling the task table and the pool of `store` at scrapes.
-    pub fn with_store(&self, store: Store) -> Self {
+    pub fn with_store(&self, store: SharedStore) -> Self {
         Self {
             inner: Arc::new(Inner {
                 handle: self.inner.handle.clone(),
@@ -99,7 +99,7 @@ impl Metrics {
     }
 }
 
-async fn sample(store: &Store, sampled_at: &Mutex<Option<Instant>>) {
+async fn sample(store: &SharedStore, sampled_at: &Mutex<Option<Instant>>) {
     let pool = store.pool_stats();
     metrics::gauge!(names::DB_POOL_CONNECTIONS, "state" => "active").set(f64::from(pool.active));
     metrics::gauge!(names::DB_POOL_CONNECTIONS, "state" => "idle").set(f64::from(pool.idle));

@@ -34,7 +34,7 @@ mod trace;
 
 use std::sync::Arc;
 
-use mcp_tasks_store::{Store, Waker};
+use mcp_tasks_store::{ConsoleReads, ReplicaStore, Sessions, Waker};
 use mcp_tasks_tools::{LiveRegistry, Registry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -55,6 +55,19 @@ pub use limits::RateLimit;
 pub use push::HubConfig;
 pub use request_state::StateKeys;
 
+/// The store handles a replica uses, and no others (see `mcp_tasks_store`'s roles: a
+/// replica has no claim or fenced write, and never the connections themselves). The
+/// binary's wiring makes them, from one `mcp_tasks_store::Store`.
+#[derive(Clone, Debug)]
+pub struct Stores {
+    /// What the replica does for clients (and the console's cancel and answers).
+    pub tasks: ReplicaStore,
+    /// What the web console reads.
+    pub console: ConsoleReads,
+    /// 2025-era sessions ended, and the console's refresh turns.
+    pub sessions: Sessions,
+}
+
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -62,7 +75,9 @@ pub struct AppState {
 }
 
 struct Inner {
-    store: Store,
+    store: ReplicaStore,
+    console_reads: ConsoleReads,
+    sessions: Sessions,
     registry: LiveRegistry,
     config: ServerConfig,
     auth: Arc<dyn Authenticator>,
@@ -106,7 +121,7 @@ impl AppState {
     /// is dropped (not with `shutdown`: the drain it starts still needs them). Must be
     /// called inside a Tokio runtime.
     pub fn new(
-        store: Store,
+        stores: Stores,
         registry: impl Into<LiveRegistry>,
         config: ServerConfig,
         auth: Arc<dyn Authenticator>,
@@ -117,6 +132,11 @@ impl AppState {
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         };
+        let Stores {
+            tasks: store,
+            console: console_reads,
+            sessions,
+        } = stores;
         let hub = Hub::start(
             store.clone(),
             config.hub.clone(),
@@ -134,6 +154,8 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 store,
+                console_reads,
+                sessions,
                 registry: registry.into(),
                 config,
                 auth,
@@ -175,8 +197,19 @@ impl AppState {
         self.inner.streams.total()
     }
 
-    pub fn store(&self) -> &Store {
+    /// The task store as a replica uses it.
+    pub fn store(&self) -> &ReplicaStore {
         &self.inner.store
+    }
+
+    /// What the web console reads.
+    fn console_reads(&self) -> &ConsoleReads {
+        &self.inner.console_reads
+    }
+
+    /// Ended 2025-era sessions and console refresh turns.
+    fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
     }
 
     /// The tools now: one snapshot, to hold for the whole request (upstream tool sources
@@ -220,7 +253,7 @@ impl AppState {
     /// (its database pool's connections are kept out of it); an error says what does not
     /// fit.
     pub fn connection_limit(&self) -> Result<ConnectionLimit, String> {
-        let pool = self.inner.store.max_connections();
+        let pool = self.inner.store.shared().max_connections();
         self.inner.config.connections.limit(pool)
     }
 

@@ -8,7 +8,7 @@
 //!   replica waits for its result (bounded) so the client gets an ordinary answer;
 //! - a task-required tool called without the extension is refused with `-32021`.
 
-use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, Store, TaskId, TaskRecord};
+use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, ReplicaStore, TaskId, TaskRecord};
 use mcp_tasks_tools::{ExecutionPolicy, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::results::input_required_result;
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
@@ -320,7 +320,7 @@ fn as_map(v: Value) -> Map<String, Value> {
 /// Cancels the task if the wait is abandoned (the client went away, or gave up) before
 /// the task finished: nobody could ever read its result.
 pub(crate) struct CancelOnDrop {
-    store: Store,
+    store: ReplicaStore,
     /// The replica's tracker: the cancellation is written before the replica exits.
     tracker: TaskTracker,
     owner: Owner,

@@ -6,26 +6,9 @@ use sqlx::{Postgres, Transaction};
 
 use mcp_tasks_wire::RawTaskView;
 
-use crate::record::{TaskRow, ViewRow, task_columns, view_columns};
-use crate::{DbResult, Lookup, Owner, Result, Store, StoreError, TaskId, TaskRecord, notify};
-
-/// Columns every statement that finishes a task sets: clears the lease and the runnable
-/// mark, and raises ttl_ms so the task stays readable for its retention period.
-macro_rules! finish_columns {
-    () => {
-        "finished_at = now(),
-         updated_at = now(),
-         version = version + 1,
-         run_after = NULL,
-         lease_owner = NULL,
-         lease_expires_at = NULL,
-         input_requests = NULL,
-         ttl_ms = mcp_tasks_retained_ttl(created_at, ttl_ms, retention_ms),
-         expires_at = created_at
-             + mcp_tasks_retained_ttl(created_at, ttl_ms, retention_ms) * interval '1 millisecond'"
-    };
-}
-pub(crate) use finish_columns;
+use crate::record::{TaskRow, ViewRow};
+use crate::sql::checked;
+use crate::{DbResult, Lookup, Owner, ReplicaStore, Result, TaskId, TaskRecord, notify};
 
 /// What `tasks/update` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,86 +39,47 @@ pub enum CancelOutcome {
     AlreadyTerminal,
 }
 
-impl Store {
+impl ReplicaStore {
     /// What `tasks/get` shows of a task: one primary-key read of only those columns, its
     /// stored JSON left as text for the answer to carry.
     #[tracing::instrument(name = "db.task.get_view", skip_all, err(level = "debug"))]
     pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<RawTaskView>> {
-        self.read_one::<ViewRow, _>(
-            concat!(
-                "SELECT ",
-                view_columns!(),
-                " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
-            ),
-            owner,
-            id,
-        )
+        let row = checked!(query_as!(
+            ViewRow,
+            "SELECT "
+                + VIEW_COLUMNS
+                + " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3",
+            &owner.tenant,
+            &owner.principal,
+            id.0
+        ))
+        .fetch_optional(self.db.pool())
         .await
+        .db()?;
+        match row {
+            Some(row) => Ok(Lookup::Found(row.try_into()?)),
+            None => missing(self.db.pool(), owner, id).await,
+        }
     }
 
     #[tracing::instrument(name = "db.task.get", skip_all, err(level = "debug"))]
     pub async fn get_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskRecord>> {
-        self.read_one::<TaskRow, _>(
-            concat!(
-                "SELECT ",
-                task_columns!(),
-                " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3"
-            ),
-            owner,
-            id,
-        )
-        .await
-    }
-
-    /// One task of `owner` as `sql` reads it (binding tenant, principal and id, in that
-    /// order) into a row of type `R`.
-    async fn read_one<R, T>(
-        &self,
-        sql: &'static str,
-        owner: &Owner,
-        id: TaskId,
-    ) -> Result<Lookup<T>>
-    where
-        R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-        T: TryFrom<R, Error = StoreError>,
-    {
-        let row: Option<R> = sqlx::query_as(sql)
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(id.0)
-            .fetch_optional(self.pool())
-            .await
-            .db()?;
-        match row {
-            Some(row) => Ok(Lookup::Found(row.try_into()?)),
-            None => self.missing(self.pool(), owner, id).await,
-        }
-    }
-
-    /// Tells an expired-and-deleted task of this owner from one it never had.
-    async fn missing<'e, T>(
-        &self,
-        executor: impl sqlx::PgExecutor<'e>,
-        owner: &Owner,
-        id: TaskId,
-    ) -> Result<Lookup<T>> {
-        let expired: bool = sqlx::query_scalar(
-            "SELECT EXISTS (
-                 SELECT 1 FROM tombstones
-                 WHERE owner = mcp_tasks_owner_digest($1, $2) AND id = $3
-             )",
-        )
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
-        .fetch_one(executor)
+        let row = checked!(query_as!(
+            TaskRow,
+            "SELECT "
+                + TASK_COLUMNS
+                + " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3",
+            &owner.tenant,
+            &owner.principal,
+            id.0
+        ))
+        .fetch_optional(self.db.pool())
         .await
         .db()?;
-        Ok(if expired {
-            Lookup::Expired
-        } else {
-            Lookup::NotFound
-        })
+        match row {
+            Some(row) => Ok(Lookup::Found(row.try_into()?)),
+            None => missing(self.db.pool(), owner, id).await,
+        }
     }
 
     async fn lock_task(
@@ -144,20 +88,22 @@ impl Store {
         owner: &Owner,
         id: TaskId,
     ) -> Result<Lookup<TaskRecord>> {
-        let row: Option<TaskRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3 FOR UPDATE"
+        let row = checked!(query_as!(
+            TaskRow,
+            "SELECT "
+                + TASK_COLUMNS
+                + " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3
+             FOR UPDATE",
+            &owner.tenant,
+            &owner.principal,
+            id.0
         ))
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
         .fetch_optional(&mut **tx)
         .await
         .db()?;
         match row {
             Some(row) => Ok(Lookup::Found(row.try_into()?)),
-            None => self.missing(&mut **tx, owner, id).await,
+            None => missing(&mut **tx, owner, id).await,
         }
     }
 
@@ -166,7 +112,7 @@ impl Store {
     ///
     /// `validate(key, request, response)` checks one answer against its request. Keys that
     /// are not outstanding are ignored without being validated. Answers with U+0000 are
-    /// refused ([`StoreError::refusal`]).
+    /// refused ([`crate::StoreError::refusal`]).
     #[tracing::instrument(name = "db.task.update_inputs", skip_all, err(level = "debug"))]
     pub async fn update_inputs(
         &self,
@@ -179,7 +125,7 @@ impl Store {
         // Every path that changes nothing rolls back explicitly: a dropped transaction is
         // only rolled back once its connection is back in the pool, and until then the
         // row stays locked and claims skip the task.
-        let mut tx = self.pool().begin().await.db()?;
+        let mut tx = self.db.pool().begin().await.db()?;
         let task = match self.lock_task(&mut tx, owner, id).await? {
             Lookup::Found(task) => task,
             Lookup::Expired => {
@@ -204,12 +150,12 @@ impl Store {
         let resumed = outstanding.is_empty();
         let keys: Vec<String> = answered.keys().cloned().collect();
 
-        sqlx::query(
+        sqlx::query!(
             r"
             UPDATE tasks SET
                 status = CASE WHEN $4 THEN 'working' ELSE 'input_required' END,
-                input_requests = CASE WHEN $4 THEN NULL ELSE $5 END,
-                input_responses = input_responses || $6,
+                input_requests = CASE WHEN $4 THEN NULL ELSE $5::jsonb END,
+                input_responses = input_responses || $6::jsonb,
                 -- A task whose run still holds it (it asked while holding the lease, see
                 -- held_input.rs) goes on in that run: working again, but not runnable.
                 run_after = CASE WHEN $4 AND lease_owner IS NULL THEN now() ELSE NULL END,
@@ -219,14 +165,14 @@ impl Store {
                 version = version + 1
             WHERE tenant = $1 AND principal = $2 AND id = $3 AND status = 'input_required'
             ",
+            &owner.tenant,
+            &owner.principal,
+            id.0,
+            resumed,
+            Value::Object(outstanding),
+            Value::Object(answered),
+            service_messages::INPUT_RECEIVED,
         )
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
-        .bind(resumed)
-        .bind(Value::Object(outstanding))
-        .bind(Value::Object(answered))
-        .bind(service_messages::INPUT_RECEIVED)
         .execute(&mut *tx)
         .await
         .db()?;
@@ -238,7 +184,7 @@ impl Store {
     /// is flagged and its worker told. Finished tasks are left as they are.
     #[tracing::instrument(name = "db.task.cancel", skip_all, err(level = "debug"))]
     pub async fn cancel_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<CancelOutcome>> {
-        let mut tx = self.pool().begin().await.db()?;
+        let mut tx = self.db.pool().begin().await.db()?;
         let task = match self.lock_task(&mut tx, owner, id).await? {
             Lookup::Found(task) => task,
             Lookup::Expired => {
@@ -256,20 +202,21 @@ impl Store {
         }
 
         // A lease that has lapsed counts as not held: its worker can no longer write.
-        let held: bool = sqlx::query_scalar(
+        let held = sqlx::query_scalar!(
             "SELECT lease_expires_at > now() FROM tasks
              WHERE tenant = $1 AND principal = $2 AND id = $3 AND lease_owner IS NOT NULL",
+            &owner.tenant,
+            &owner.principal,
+            id.0,
         )
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(id.0)
         .fetch_optional(&mut *tx)
         .await
         .db()?
+        .flatten()
         .unwrap_or(false);
 
         let outcome = if held {
-            sqlx::query(
+            sqlx::query!(
                 r"
                 WITH flagged AS (
                     UPDATE tasks SET cancel_requested_at = coalesce(cancel_requested_at, now())
@@ -278,30 +225,30 @@ impl Store {
                 )
                 SELECT pg_notify($4, id::text) FROM flagged
                 ",
+                &owner.tenant,
+                &owner.principal,
+                id.0,
+                notify::CANCEL,
             )
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(id.0)
-            .bind(notify::CANCEL)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await
             .db()?;
             CancelOutcome::Requested
         } else {
-            sqlx::query(concat!(
+            checked!(query!(
                 "UPDATE tasks SET
                      status = 'cancelled',
                      end_reason = 'cancelled_by_client',
                      status_message = NULL,
                      cancel_requested_at = coalesce(cancel_requested_at, now()),
-                     ",
-                finish_columns!(),
-                "
-                 WHERE tenant = $1 AND principal = $2 AND id = $3"
+                     "
+                    + FINISH_COLUMNS
+                    + "
+                 WHERE tenant = $1 AND principal = $2 AND id = $3",
+                &owner.tenant,
+                &owner.principal,
+                id.0
             ))
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(id.0)
             .execute(&mut *tx)
             .await
             .db()?;
@@ -310,6 +257,31 @@ impl Store {
         tx.commit().await.db()?;
         Ok(Lookup::Found(outcome))
     }
+}
+
+/// Tells an expired-and-deleted task of this owner from one it never had.
+pub(crate) async fn missing<'e, T>(
+    executor: impl sqlx::PgExecutor<'e>,
+    owner: &Owner,
+    id: TaskId,
+) -> Result<Lookup<T>> {
+    let expired = sqlx::query_scalar!(
+        r#"SELECT EXISTS (
+               SELECT 1 FROM tombstones
+               WHERE owner = mcp_tasks_owner_digest($1, $2) AND id = $3
+           ) AS "expired!""#,
+        &owner.tenant,
+        &owner.principal,
+        id.0,
+    )
+    .fetch_one(executor)
+    .await
+    .db()?;
+    Ok(if expired {
+        Lookup::Expired
+    } else {
+        Lookup::NotFound
+    })
 }
 
 /// Answers that each answer an outstanding request, and the requests left after them.

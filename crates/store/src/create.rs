@@ -14,8 +14,9 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::record::{TaskRow, task_columns};
-use crate::{DbResult, Owner, Result, Store, StoreError, TaskId, TaskRecord};
+use crate::record::TaskRow;
+use crate::sql::checked;
+use crate::{DbResult, Owner, ReplicaStore, Result, StoreError, TaskId, TaskRecord};
 
 /// Most creates in one batch: the in-flight limit's margin per other replica.
 pub const MAX_CREATE_BATCH: usize = 128;
@@ -100,7 +101,41 @@ impl CreateRequest {
     }
 }
 
-const INSERT_BATCH: &str = r"
+/// Runs one batch of creates as one statement (so one commit).
+pub(crate) fn insert_batch<'a>(
+    pool: &'a sqlx::PgPool,
+    batch: &'a [CreateRequest],
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<CreateAnswer>>> + Send + 'a>> {
+    Box::pin(async move {
+        macro_rules! column {
+            ($f:expr) => {
+                batch.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let tenants = column!(|r| r.owner.tenant.as_str());
+        let principals = column!(|r| r.owner.principal.as_str());
+        let ids = column!(|r| r.id.0);
+        let tools = column!(|r| r.task.tool.as_str());
+        let arguments = column!(|r| r.task.arguments.clone());
+        let trace_contexts = column!(|r| r.task.trace_context.clone());
+        let messages = column!(|r| r.task.status_message.as_deref());
+        let ttls = column!(|r| r.task.ttl_ms);
+        let polls = column!(|r| r.task.poll_interval_ms);
+        let retentions = column!(|r| r.task.retention_ms);
+        let responses = column!(|r| Value::Object(r.task.input_responses.clone()));
+        let max_attempts = column!(|r| r.task.max_attempts);
+        let limits = column!(|r| r.max_in_flight);
+        let keys = column!(|r| r.task.idempotency.as_ref().map(|i| i.key.as_str()));
+        let digests = column!(|r| r
+            .task
+            .idempotency
+            .as_ref()
+            .map(|i| i.request_digest.as_str()));
+        let capabilities = column!(|r| r.task.client_capabilities.clone());
+        // `as _`: the macros check arrays of owned, non-null elements only; each array is
+        // bound as its `$n::type[]` in the statement says.
+        let rows = sqlx::query!(
+            r"
     WITH input AS (
         SELECT * FROM unnest(
             $1::text[], $2::text[], $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[],
@@ -151,48 +186,29 @@ const INSERT_BATCH: &str = r"
     ORDER BY i.tenant, i.principal, i.idempotency_key, i.n
     ON CONFLICT (tenant, principal, idempotency_key) WHERE idempotency_key IS NOT NULL
         DO NOTHING
-    RETURNING id, created_at";
-
-/// Runs one batch of creates as one statement (so one commit).
-pub(crate) fn insert_batch<'a>(
-    pool: &'a sqlx::PgPool,
-    batch: &'a [CreateRequest],
-) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<CreateAnswer>>> + Send + 'a>> {
-    Box::pin(async move {
-        macro_rules! column {
-            ($f:expr) => {
-                batch.iter().map($f).collect::<Vec<_>>()
-            };
-        }
-        let rows: Vec<(Uuid, OffsetDateTime)> = sqlx::query_as(INSERT_BATCH)
-            .bind(column!(|r| r.owner.tenant.as_str()))
-            .bind(column!(|r| r.owner.principal.as_str()))
-            .bind(column!(|r| r.id.0))
-            .bind(column!(|r| r.task.tool.as_str()))
-            .bind(column!(|r| &r.task.arguments))
-            .bind(column!(|r| r.task.trace_context.as_ref()))
-            .bind(column!(|r| r.task.status_message.as_deref()))
-            .bind(column!(|r| r.task.ttl_ms))
-            .bind(column!(|r| r.task.poll_interval_ms))
-            .bind(column!(|r| r.task.retention_ms))
-            .bind(column!(|r| Value::Object(r.task.input_responses.clone())))
-            .bind(column!(|r| r.task.max_attempts))
-            .bind(column!(|r| r.max_in_flight))
-            .bind(column!(|r| r
-                .task
-                .idempotency
-                .as_ref()
-                .map(|i| i.key.as_str())))
-            .bind(column!(|r| r
-                .task
-                .idempotency
-                .as_ref()
-                .map(|i| i.request_digest.as_str())))
-            .bind(column!(|r| r.task.client_capabilities.as_ref()))
-            .fetch_all(pool)
-            .await
-            .db()?;
-        let created: std::collections::HashMap<Uuid, OffsetDateTime> = rows.into_iter().collect();
+    RETURNING id, created_at",
+            &tenants as _,
+            &principals as _,
+            &ids,
+            &tools as _,
+            &arguments,
+            &trace_contexts as _,
+            &messages as _,
+            &ttls as _,
+            &polls as _,
+            &retentions,
+            &responses,
+            &max_attempts,
+            &limits as _,
+            &keys as _,
+            &digests as _,
+            &capabilities as _,
+        )
+        .fetch_all(pool)
+        .await
+        .db()?;
+        let created: std::collections::HashMap<Uuid, OffsetDateTime> =
+            rows.into_iter().map(|r| (r.id, r.created_at)).collect();
         Ok(batch
             .iter()
             .map(|r| created.get(&r.id.0).copied())
@@ -200,7 +216,7 @@ pub(crate) fn insert_batch<'a>(
     })
 }
 
-impl Store {
+impl ReplicaStore {
     /// Creates a task and commits it, so it is readable from every replica as soon as
     /// this returns. Wake the workers afterwards ([`crate::Waker`]).
     pub async fn create_task(&self, owner: &Owner, task: NewTask) -> Result<TaskRecord> {
@@ -234,7 +250,7 @@ impl Store {
             max_in_flight,
         };
         let bytes = request.checked_bytes()?;
-        let (CreateRequest { task, .. }, answer) = self.creates().run(request, bytes).await?;
+        let (CreateRequest { task, .. }, answer) = self.db.creates().run(request, bytes).await?;
         if let Some(created_at) = answer {
             return Ok(Created::New(new_record(owner, id, task, created_at)));
         }
@@ -245,15 +261,17 @@ impl Store {
         else {
             return Ok(Created::LimitReached);
         };
-        let existing: Option<TaskRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE tenant = $1 AND principal = $2 AND idempotency_key = $3"
+        let existing = checked!(query_as!(
+            TaskRow,
+            "SELECT "
+                + TASK_COLUMNS
+                + " FROM tasks
+             WHERE tenant = $1 AND principal = $2 AND idempotency_key = $3",
+            &owner.tenant,
+            &owner.principal,
+            &key
         ))
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(&key)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await
         .db()?;
         Ok(match existing {

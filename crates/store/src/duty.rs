@@ -8,7 +8,7 @@
 //! its connection ends (a worker that dies passes the duty on by dying).
 //!
 //! A peer that vanishes without closing its socket is noticed within tens of seconds on
-//! both ends: the server probes the connection (`Store::long_lived_options`), so a dead
+//! both ends: the server probes the connection (`Db::long_lived_options`), so a dead
 //! worker's session, and the duty it holds, ends; and the worker bounds each wait for the
 //! lock ([`DUTY_WAIT_ROUND`]) and checks the duty it holds ([`Duty::check`]), so a worker
 //! whose server is gone opens a new connection instead of waiting on the old one forever.
@@ -18,7 +18,7 @@ use std::time::Duration;
 use sqlx::postgres::PgConnection;
 use sqlx::{ConnectOptions, Connection};
 
-use crate::{DbResult, Result, Store};
+use crate::{Db, DbResult, Result, WorkerStore};
 
 /// The first key of the duty locks (the two-key form, so that it cannot collide with a
 /// one-key advisory lock of anything else in the database): "mcpt".
@@ -51,7 +51,7 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// One worker's place in the duty queue of its tool set; see the module docs.
 pub struct Duty {
-    store: Store,
+    db: Db,
     connection: Option<PgConnection>,
     /// The key of the lock held, if any.
     held: Option<i32>,
@@ -81,11 +81,11 @@ pub fn duty_key(tools: &[String]) -> i32 {
     i32::from_ne_bytes(hash.to_ne_bytes())
 }
 
-impl Store {
+impl WorkerStore {
     /// A place in the duty queue; it connects on first use.
     pub fn duty(&self) -> Duty {
         Duty {
-            store: self.clone(),
+            db: self.db.clone(),
             connection: None,
             held: None,
         }
@@ -102,7 +102,7 @@ impl Duty {
         }
         // Whatever it held ended with it.
         self.held = None;
-        let options = self.store.long_lived_options(DUTY_APPLICATION_NAME);
+        let options = self.db.long_lived_options(DUTY_APPLICATION_NAME);
         let mut connection = tokio::time::timeout(ANSWER_WITHIN, options.connect())
             .await
             .map_err(|_| silent())?
@@ -148,9 +148,7 @@ impl Duty {
         loop {
             let waited = tokio::time::timeout(
                 DUTY_WAIT_ROUND + ANSWER_WITHIN,
-                sqlx::query("SELECT pg_advisory_lock($1, $2)")
-                    .bind(DUTY_CLASS)
-                    .bind(key)
+                sqlx::query!("SELECT pg_advisory_lock($1, $2)", DUTY_CLASS, key)
                     .execute(&mut connection),
             )
             .await;
@@ -181,7 +179,7 @@ impl Duty {
         };
         let answered = tokio::time::timeout(
             ANSWER_WITHIN,
-            sqlx::query("SELECT 1").execute(&mut connection),
+            sqlx::query!("SELECT 1 AS one").fetch_one(&mut connection),
         )
         .await;
         match answered {
@@ -211,10 +209,8 @@ impl Duty {
         };
         let released = tokio::time::timeout(
             Duration::from_secs(5),
-            sqlx::query("SELECT pg_advisory_unlock($1, $2)")
-                .bind(DUTY_CLASS)
-                .bind(key)
-                .execute(&mut connection),
+            sqlx::query!("SELECT pg_advisory_unlock($1, $2)", DUTY_CLASS, key)
+                .fetch_one(&mut connection),
         )
         .await;
         match released {

@@ -1,4 +1,4 @@
-//! The store's notifications as a typed, self-healing stream: [`Store::events`].
+//! The store's notifications as a typed, self-healing stream: [`SharedStore::events`].
 //!
 //! Each stream owns one LISTEN connection of its own, outside the pool (a pool may close
 //! idle or old connections, and a listener must never wait in the pool's queue), named
@@ -18,7 +18,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::time::Instant;
 
 use crate::notify::{CANCEL, CHANGED, LISTENER_APPLICATION_NAME, RUNNABLE, Tenants};
-use crate::{DbResult, Result, Store, TaskId};
+use crate::{Db, DbResult, Result, SharedStore, TaskId};
 
 /// What a stream listens for. [`Event::Resync`] comes whatever is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,11 +99,11 @@ impl Default for EventsConfig {
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_LAST: Duration = Duration::from_secs(5);
 
-/// A stream of [`Event`]s; see [`Store::events`]. It does its work (reading the socket,
+/// A stream of [`Event`]s; see [`SharedStore::events`]. It does its work (reading the socket,
 /// probing, reconnecting) only while [`Events::next`] is awaited, so poll it in a loop
 /// that does nothing slow between calls. Dropping it closes its connection.
 pub struct Events {
-    store: Store,
+    db: Db,
     kinds: Vec<EventKind>,
     probe_channel: String,
     config: EventsConfig,
@@ -129,14 +129,14 @@ enum Probe {
     Sent { nonce: u64, sent: Instant },
 }
 
-impl Store {
+impl SharedStore {
     /// A stream of the notifications of these kinds (and [`Event::Resync`]). It connects
     /// on the first [`Events::next`]; nothing runs in the background.
     pub fn events(&self, kinds: &[EventKind], config: EventsConfig) -> Events {
         let mut kinds = kinds.to_vec();
         kinds.dedup();
         Events {
-            store: self.clone(),
+            db: self.db.clone(),
             kinds,
             probe_channel: format!("mcp_tasks_probe_{}", uuid::Uuid::new_v4().simple()),
             config,
@@ -147,7 +147,9 @@ impl Store {
             nonce: 0,
         }
     }
+}
 
+impl Db {
     /// The options of a connection outside the pool that holds something for as long as
     /// it lives (a LISTEN registration, the wake-up duty), named `application_name`.
     ///
@@ -250,7 +252,7 @@ impl Events {
                         // right if the database is gone, and cheap if it is back.
                         let sent = tokio::time::timeout(
                             self.config.probe_timeout,
-                            self.store.notify(&self.probe_channel, &self.nonce.to_string()),
+                            self.db.notify(&self.probe_channel, &self.nonce.to_string()),
                         )
                         .await;
                         match sent {
@@ -271,7 +273,7 @@ impl Events {
         }
         let mut channels: Vec<&str> = self.kinds.iter().map(|k| k.channel()).collect();
         channels.push(&self.probe_channel);
-        match self.store.listen(&channels).await {
+        match self.db.listen(&channels).await {
             Ok(listener) => {
                 tracing::info!(kinds = ?self.kinds, "LISTEN connection ready");
                 self.connection = Some(Connection {

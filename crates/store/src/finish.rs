@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::client_ops::finish_columns;
+use crate::sql::checked;
 use crate::{DbResult, Lease, Result};
 
 /// One finish waiting for its batch.
@@ -26,7 +26,17 @@ pub(crate) fn finish_batch<'a>(
                 batch.iter().map($f).collect::<Vec<_>>()
             };
         }
-        let done: Vec<i64> = sqlx::query_scalar(concat!(
+        let tenants = column!(|r| r.lease.owner.tenant.as_str());
+        let principals = column!(|r| r.lease.owner.principal.as_str());
+        let ids = column!(|r| r.lease.id.0);
+        let tokens = column!(|r| r.lease.token);
+        let statuses = column!(|r| r.status);
+        let results = column!(|r| r.result.clone());
+        let errors = column!(|r| r.error.clone());
+        let messages = column!(|r| r.message.as_deref());
+        // `as _`: the macros check arrays of owned, non-null elements only; each array is
+        // bound as its `$n::type[]` in the statement says.
+        let done = checked!(query_scalar!(
             "WITH locked AS MATERIALIZED (
                  -- The rows first, in key order: a statement that shares some of them
                  -- (another batch, a replica's watch marks) takes them in the same order,
@@ -46,9 +56,9 @@ pub(crate) fn finish_batch<'a>(
                  result = u.result,
                  error = u.error,
                  status_message = coalesce(u.message, t.status_message),
-                 ",
-            finish_columns!(),
-            "
+                 "
+                + FINISH_COLUMNS
+                + r#"
              FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::text[],
                          $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
                   AS u(tenant, principal, id, token, status, result, error, message, n)
@@ -58,20 +68,20 @@ pub(crate) fn finish_batch<'a>(
              WHERE (SELECT count(*) FROM locked) >= 0
                AND t.tenant = u.tenant AND t.principal = u.principal AND t.id = u.id
                AND t.lease_token = u.token AND t.status IN ('working', 'input_required')
-               -- Held, by the primary key (see fenced!).
+               -- Held, by the primary key (see FENCED in sql.rs).
                AND t.lease_expires_at IS NOT NULL
              -- A task finished twice in one batch is updated once: the input row that
              -- landed is the one told so.
-             RETURNING u.n"
+             RETURNING u.n AS "n!""#,
+            &tenants as _,
+            &principals as _,
+            &ids,
+            &tokens,
+            &statuses as _,
+            &results as _,
+            &errors as _,
+            &messages as _
         ))
-        .bind(column!(|r| r.lease.owner.tenant.as_str()))
-        .bind(column!(|r| r.lease.owner.principal.as_str()))
-        .bind(column!(|r| r.lease.id.0))
-        .bind(column!(|r| r.lease.token))
-        .bind(column!(|r| r.status))
-        .bind(column!(|r| r.result.as_ref()))
-        .bind(column!(|r| r.error.as_ref()))
-        .bind(column!(|r| r.message.as_deref()))
         .fetch_all(pool)
         .await
         .db()?;

@@ -10,10 +10,10 @@
 
 use serde_json::{Map, Value};
 
-use crate::fence::{BindLease, fenced};
-use crate::{DbResult, Lease, Result, Store, storable};
+use crate::sql::checked;
+use crate::{DbResult, Lease, Result, WorkerStore, storable};
 
-/// What [`Store::ask_held`] did.
+/// What [`WorkerStore::ask_held`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeldAsk {
     /// The task is `input_required` under these keys (in the order asked), still leased.
@@ -33,7 +33,7 @@ pub enum HeldAnswers {
     Answered(Vec<Value>),
 }
 
-impl Store {
+impl WorkerStore {
     /// Shows `requests` (each with the key it would like) as the task's `inputRequests`,
     /// keeping the lease. Keys already issued for this task get a suffix (`-2`, `-3`…),
     /// so every key is new over the task's lifetime.
@@ -49,19 +49,18 @@ impl Store {
             storable::json("the input requests", request)?;
         }
         storable::text_opt("the status message", status_message)?;
-        let state: Option<(Vec<String>, bool)> = sqlx::query_as(concat!(
-            "SELECT issued_keys, cancel_requested_at IS NOT NULL FROM tasks WHERE ",
-            fenced!(),
-            " AND status = 'working'"
+        let state = checked!(query!(
+            r#"SELECT issued_keys, cancel_requested_at IS NOT NULL AS "cancel!" FROM tasks
+               WHERE "# + FENCED + " AND status = 'working'",
+            @lease(lease)
         ))
-        .bind_lease(lease)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await
         .db()?;
         let issued = match state {
             None => return Ok(HeldAsk::Stale),
-            Some((_, true)) => return Ok(HeldAsk::CancelRequested),
-            Some((issued, false)) => issued,
+            Some(state) if state.cancel => return Ok(HeldAsk::CancelRequested),
+            Some(state) => state.issued_keys,
         };
         let keys = fresh_keys(&issued, requests.iter().map(|(k, _)| k.as_str()));
         let map: Map<String, Value> = keys
@@ -71,7 +70,7 @@ impl Store {
             .collect();
         // Only the lease holder issues keys, so the keys picked above are still new; the
         // check on issued_keys makes that a guarantee rather than an assumption.
-        let done = sqlx::query(concat!(
+        let done = checked!(query!(
             "UPDATE tasks SET
                  status = 'input_required',
                  input_requests = $5,
@@ -79,27 +78,24 @@ impl Store {
                  status_message = coalesce($7, status_message),
                  updated_at = now(),
                  version = version + 1
-             WHERE ",
-            fenced!(),
-            " AND status = 'working' AND cancel_requested_at IS NULL
-              AND NOT (issued_keys && $6::text[])"
+             WHERE " + FENCED + " AND status = 'working' AND cancel_requested_at IS NULL
+              AND NOT (issued_keys && $6::text[])",
+            @lease(lease),
+            Value::Object(map),
+            &keys,
+            status_message
         ))
-        .bind_lease(lease)
-        .bind(Value::Object(map))
-        .bind(&keys)
-        .bind(status_message)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         if done.rows_affected() == 1 {
             return Ok(HeldAsk::Asked(keys));
         }
-        let cancel: Option<bool> = sqlx::query_scalar(concat!(
-            "SELECT cancel_requested_at IS NOT NULL FROM tasks WHERE ",
-            fenced!()
+        let cancel = checked!(query_scalar!(
+            r#"SELECT cancel_requested_at IS NOT NULL AS "cancel!" FROM tasks WHERE "# + FENCED,
+            @lease(lease)
         ))
-        .bind_lease(lease)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await
         .db()?;
         Ok(match cancel {
@@ -116,19 +112,18 @@ impl Store {
         lease: &Lease,
         keys: &[String],
     ) -> Result<Option<HeldAnswers>> {
-        let row: Option<(String, Value)> = sqlx::query_as(concat!(
-            "SELECT status,
+        let row = checked!(query!(
+            r#"SELECT status,
                     (SELECT coalesce(jsonb_object_agg(k, input_responses -> k), '{}'::jsonb)
-                     FROM unnest($5::text[]) AS k WHERE input_responses ? k)
-             FROM tasks WHERE ",
-            fenced!()
+                     FROM unnest($5::text[]) AS k WHERE input_responses ? k) AS "answers!"
+             FROM tasks WHERE "# + FENCED,
+            @lease(lease),
+            keys
         ))
-        .bind_lease(lease)
-        .bind(keys)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await
         .db()?;
-        let Some((status, Value::Object(mut answers))) = row else {
+        let Some((status, Value::Object(mut answers))) = row.map(|r| (r.status, r.answers)) else {
             return Ok(None);
         };
         // The replica sets the task working when the last outstanding key is answered.

@@ -6,11 +6,35 @@
 //! - Every worker-side write names the lease token it holds and the state it expects;
 //!   zero rows affected means the worker has lost the task and must drop its work.
 //! - Not found is a value ([`Lookup`]), not an error; errors are database failures.
-//! - LISTEN/NOTIFY is the store's too: statements notify, and [`Store::events`] hands out
-//!   what they said as typed [`Event`]s, on a connection the stream keeps alive itself.
-//!   Payloads are read in one place (`events.rs`).
+//! - LISTEN/NOTIFY is the store's too: statements notify, and [`SharedStore::events`]
+//!   hands out what they said as typed [`Event`]s, on a connection the stream keeps alive
+//!   itself. Payloads are read in one place (`events.rs`).
+//! - Each role has its own handle; [`Store`] owns the connections and hands them out. A
+//!   replica cannot call a fenced write, nor a worker read a principal's list: those
+//!   methods are not on their handles (see the examples on [`ReplicaStore`] and
+//!   [`WorkerStore`]).
+//! - Fixed statements are checked at compile time (`sqlx::query!` and its kin, against the
+//!   offline data in the workspace's `.sqlx/`); the few built or chosen at run time say why
+//!   where they are (`tests/checks/sqlx-offline` keeps that list).
 //! - Nothing of sqlx shows in the public API (`tests/checks/store-surface` checks it), so
 //!   only this crate depends on it.
+//!
+//! ## Roles
+//!
+//! [`Store`] owns the connections; each process takes only the handles of what it does,
+//! so what it must never do is not a method it can call:
+//!
+//! | handle | who | what |
+//! |---|---|---|
+//! | [`ReplicaStore`] | replicas, for clients | create, read (`tasks/get`, the 2025-era `tasks/list`), answer input, cancel; the push hub's watch marks and batched reads; the readiness ping; the worker [`Waker`] |
+//! | [`WorkerStore`] | workers | claim, heartbeat, the fenced writes of a run (status, checkpoint, input, finish, release), rescue, maintenance, the `workers` table, the wake-up duty |
+//! | [`ConsoleReads`] | the web console | its lists, counts, inbox, health, history and plans, a tenant admin's read of a task, the workers seen |
+//! | [`Sessions`] | replicas | 2025-era session revocations and the console's refresh turns |
+//! | [`SharedStore`] | every process | the LISTEN stream ([`SharedStore::events`]) and the figures metrics sample |
+//!
+//! The console's own writes (cancel, answers) go through the replica's API, as a client's
+//! do. [`SharedStore`] grants no write, so every role handle hands one out (`shared()`):
+//! both replicas and workers listen, and both are scraped for metrics.
 
 mod batch;
 mod client_ops;
@@ -18,7 +42,6 @@ mod console;
 mod create;
 mod duty;
 mod events;
-mod fence;
 mod finish;
 mod held_input;
 mod lease;
@@ -28,10 +51,14 @@ mod notify;
 mod queue;
 mod record;
 mod refreshes;
+mod roles;
 mod sessions;
+mod sql;
 mod stats;
 mod storable;
 mod tenant_read;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod watch;
 mod workers;
 
@@ -51,12 +78,13 @@ pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
 pub use duty::{DUTY_APPLICATION_NAME, DUTY_WAIT_ROUND, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
-pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, Lease, RescueReport};
+pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, RescueReport};
 pub use listing::ListCursor;
 pub use maintenance::{ANALYZE_LOCK, MaintenanceReport};
 pub use notify::{LISTENER_APPLICATION_NAME, Tenants, Waker};
-pub use record::{TaskId, TaskRecord};
+pub use record::{Lease, TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;
+pub use roles::{ConsoleReads, ReplicaStore, Sessions, SharedStore, WorkerStore};
 pub use sessions::Revocation;
 pub use stats::{PoolStats, TaskStats};
 pub use storable::MAX_RESULT_BYTES;
@@ -232,9 +260,17 @@ impl Default for PoolConfig {
     }
 }
 
-/// A handle on the task store; cheap to clone. Clones share the pool and the batchers.
+/// The connections to the task store: connects, migrates and closes, and hands out the
+/// handle of each role (see `roles.rs`); cheap to clone. Clones share the pools and the
+/// batchers. Only the process's wiring (the `mcp-tasks` binary, the harnesses) holds one.
 #[derive(Clone)]
 pub struct Store {
+    db: Db,
+}
+
+/// What every handle shares: the pools and the batchers.
+#[derive(Clone)]
+pub(crate) struct Db {
     pool: PgPool,
     /// One connection of its own for readiness probes, outside `pool`: when client
     /// requests hold every pooled connection, `/readyz` still answers from the database
@@ -251,7 +287,7 @@ struct Batchers {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("pool", &self.pool)
+            .field("pool", &self.db.pool)
             .finish_non_exhaustive()
     }
 }
@@ -311,12 +347,50 @@ impl Store {
             ),
         });
         Ok(Self {
-            pool,
-            probe,
-            batchers,
+            db: Db {
+                pool,
+                probe,
+                batchers,
+            },
         })
     }
 
+    /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock for the whole
+    /// run, so several replicas may call this at once: one migrates, the others wait and
+    /// then find nothing to do.
+    #[tracing::instrument(name = "db.migrate", skip_all, err(level = "debug"))]
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR
+            .run(self.db.pool())
+            .await
+            .map_err(|e| StoreError(Repr::Migrate(e)))?;
+        // Not refused: most JSON works in other encodings. But a database made on a
+        // server initialised without a locale is SQL_ASCII, where PostgreSQL refuses
+        // JSON text with `\u` escapes of non-ASCII characters, so some tool arguments
+        // and results would fail to store; say so once, where an operator looks.
+        let encoding =
+            sqlx::query_scalar!(r#"SELECT current_setting('server_encoding') AS "encoding!""#)
+                .fetch_one(self.db.pool())
+                .await
+                .db()?;
+        if encoding != "UTF8" {
+            tracing::warn!(
+                encoding = %encoding,
+                "the database's encoding is not UTF8: JSON with \\u escapes of non-ASCII characters will be refused; create the database with ENCODING 'UTF8'"
+            );
+        }
+        Ok(())
+    }
+
+    /// Closes every connection, waiting for those in use to be given back. Every handle
+    /// this store handed out is closed with it.
+    pub async fn close(&self) {
+        self.db.pool.close().await;
+        self.db.probe.close().await;
+    }
+}
+
+impl Db {
     pub(crate) fn creates(&self) -> &batch::Batcher<create::CreateRequest, create::CreateAnswer> {
         &self.batchers.creates
     }
@@ -329,57 +403,8 @@ impl Store {
         &self.pool
     }
 
-    /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock for the whole
-    /// run, so several replicas may call this at once: one migrates, the others wait and
-    /// then find nothing to do.
-    #[tracing::instrument(name = "db.migrate", skip_all, err(level = "debug"))]
-    pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StoreError(Repr::Migrate(e)))?;
-        // Not refused: most JSON works in other encodings. But a database made on a
-        // server initialised without a locale is SQL_ASCII, where PostgreSQL refuses
-        // JSON text with `\u` escapes of non-ASCII characters, so some tool arguments
-        // and results would fail to store; say so once, where an operator looks.
-        let encoding: String = sqlx::query_scalar("SELECT current_setting('server_encoding')")
-            .fetch_one(&self.pool)
-            .await
-            .db()?;
-        if encoding != "UTF8" {
-            tracing::warn!(
-                encoding = %encoding,
-                "the database's encoding is not UTF8: JSON with \\u escapes of non-ASCII characters will be refused; create the database with ENCODING 'UTF8'"
-            );
-        }
-        Ok(())
-    }
-
-    /// Closes every connection, waiting for those in use to be given back. Every clone of
-    /// this store is closed with it.
-    pub async fn close(&self) {
-        self.pool.close().await;
-        self.probe.close().await;
-    }
-
-    /// The most connections this store's pool opens.
-    pub fn max_connections(&self) -> u32 {
-        self.pool.options().get_max_connections()
-    }
-
-    /// A setting as the store's sessions run with it (`current_setting`), for diagnostics.
-    pub async fn setting(&self, name: &str) -> Result<String> {
-        sqlx::query_scalar("SELECT current_setting($1)")
-            .bind(name)
-            .fetch_one(&self.pool)
-            .await
-            .db()
-    }
-
-    /// Readiness: the database answers a trivial query.
-    pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.probe).await.db()?;
-        Ok(())
+    pub(crate) fn probe(&self) -> &PgPool {
+        &self.probe
     }
 }
 

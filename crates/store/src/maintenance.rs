@@ -1,16 +1,13 @@
 //! Expiry and deletion, in bounded batches so no statement holds many locks for long.
 //! Safe to run from every worker at once: each batch skips rows another one has locked.
 
-use crate::client_ops::finish_columns;
-use crate::{DbResult, Result, Store};
+use crate::sql::checked;
+use crate::{DbResult, Result, WorkerStore};
 
 /// The advisory lock (the two-key form) a worker holds while it checks the task table's
 /// statistics and analyses it, so that one does at a time: "mcpm", 1. Its first key is
 /// not the wake-up duty's, whose second keys are hashes of tool names.
 pub const ANALYZE_LOCK: (i32, i32) = (0x6d63_706d, 1);
-
-/// The workers' ANALYZE of the task table; see [`Store::analyze_if_stale`].
-const ANALYZE: &str = "ANALYZE (SKIP_LOCKED) tasks";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MaintenanceReport {
@@ -28,13 +25,13 @@ pub struct MaintenanceReport {
     pub workers_forgotten: u64,
 }
 
-impl Store {
+impl WorkerStore {
     /// Fails live tasks whose ttlMs (counted from creation) has passed, recording why
     /// (`expired`: what clients read is composed from it). A worker holding one loses its
     /// lease at the same moment, because its writes require `working`.
     #[tracing::instrument(name = "db.maintenance.expire", skip_all, err(level = "debug"))]
     pub async fn expire_overdue(&self, limit: i64) -> Result<u64> {
-        let done = sqlx::query(concat!(
+        let done = checked!(query!(
             r"
             WITH overdue AS MATERIALIZED (
                 SELECT ctid
@@ -48,15 +45,14 @@ impl Store {
                 end_reason = 'expired',
                 error = NULL,
                 status_message = NULL,
-            ",
-            finish_columns!(),
-            r"
+            " + FINISH_COLUMNS
+                + r"
             -- By ctid, as a claim does (see there): the rows are locked.
             WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM overdue))
-            "
+            ",
+            limit
         ))
-        .bind(limit)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())
@@ -66,7 +62,7 @@ impl Store {
     /// tombstone so their owner is told "expired" rather than "not found".
     #[tracing::instrument(name = "db.maintenance.purge", skip_all, err(level = "debug"))]
     pub async fn purge_expired(&self, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             r"
             WITH due AS MATERIALIZED (
                 SELECT ctid
@@ -87,9 +83,9 @@ impl Store {
             SELECT mcp_tasks_owner_digest(tenant, principal), id FROM gone
             ON CONFLICT DO NOTHING
             ",
+            limit
         )
-        .bind(limit)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())
@@ -102,22 +98,22 @@ impl Store {
         err(level = "debug")
     )]
     pub async fn purge_tombstones(&self, keep_ms: i64, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             r"
             -- By ctid: a key join (IN) was planned as a hash join over every
             -- tombstone, which made a purge as slow as the table is big.
             DELETE FROM tombstones
             WHERE ctid = ANY (ARRAY(
                 SELECT ctid FROM tombstones
-                WHERE deleted_at < now() - $1 * interval '1 millisecond'
+                WHERE deleted_at < now() - $1::int8 * interval '1 millisecond'
                 LIMIT $2
                 FOR UPDATE SKIP LOCKED
             ))
             ",
+            keep_ms,
+            limit
         )
-        .bind(keep_ms)
-        .bind(limit)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())
@@ -131,7 +127,7 @@ impl Store {
         err(level = "debug")
     )]
     pub async fn adopt_legacy_tombstones(&self, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             r"
             WITH moved AS (
                 DELETE FROM task_tombstones
@@ -144,9 +140,9 @@ impl Store {
             SELECT mcp_tasks_owner_digest(tenant, principal), id, deleted_at FROM moved
             ON CONFLICT DO NOTHING
             ",
+            limit
         )
-        .bind(limit)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())
@@ -175,40 +171,44 @@ impl Store {
     /// it (the deadlock check does), which undoes the vacuum's work.
     #[tracing::instrument(name = "db.maintenance.analyze", skip_all, err(level = "debug"))]
     pub async fn analyze_if_stale(&self, min_rows: i64, min_gap_ms: i64) -> Result<bool> {
-        let mut tx = self.pool().begin().await.db()?;
-        let (stale, analyses): (bool, i64) = sqlx::query_as(
-            r"
+        let mut tx = self.db.pool().begin().await.db()?;
+        let state = sqlx::query!(
+            r#"
             SELECT pg_try_advisory_xact_lock($3, $4) AND CASE
                 WHEN coalesce(s.last_analyze, s.last_autoanalyze) IS NULL THEN s.n_live_tup >= $1
                 WHEN greatest(s.last_analyze, s.last_autoanalyze)
-                     > now() - $2 * interval '1 millisecond' THEN false
+                     > now() - $2::int8 * interval '1 millisecond' THEN false
                 ELSE s.n_mod_since_analyze >= greatest($1, c.reltuples::bigint)
-            END,
-            s.analyze_count
+            END AS "stale!",
+            s.analyze_count AS "analyses!"
             FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
             WHERE s.relid = 'tasks'::regclass
-            ",
+            "#,
+            min_rows,
+            min_gap_ms,
+            ANALYZE_LOCK.0,
+            ANALYZE_LOCK.1,
         )
-        .bind(min_rows)
-        .bind(min_gap_ms)
-        .bind(ANALYZE_LOCK.0)
-        .bind(ANALYZE_LOCK.1)
         .fetch_one(&mut *tx)
         .await
         .db()?;
-        if !stale {
+        if !state.stale {
             return Ok(false);
         }
-        sqlx::query(ANALYZE).execute(&mut *tx).await.db()?;
+        sqlx::query!("ANALYZE (SKIP_LOCKED) tasks")
+            .execute(&mut *tx)
+            .await
+            .db()?;
         tx.commit().await.db()?;
         // A skipped table says so only in a warning; the count tells.
-        let after: i64 = sqlx::query_scalar(
-            "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = 'tasks'::regclass",
+        let after = sqlx::query_scalar!(
+            r#"SELECT analyze_count AS "analyses!" FROM pg_stat_user_tables
+               WHERE relid = 'tasks'::regclass"#,
         )
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await
         .db()?;
-        Ok(after > analyses)
+        Ok(after > state.analyses)
     }
 
     /// One maintenance pass: expire, delete, forget tombstones, ended sessions, spent

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::{DbResult, Result, Store};
+use crate::{Db, DbResult, ReplicaStore, Result};
 
 /// Something may be claimable: a task was created, resumed after input, or released. The
 /// payload is the tenants it concerns ([`Tenants::payload`]); an empty one (as earlier
@@ -106,7 +106,7 @@ impl Waker {
     /// Starts the waker's task on `tasks` (so that shutdown can wait for it); it stops
     /// with `shutdown`, dropping a wake-up still pending then (workers poll anyway).
     pub fn start(
-        store: Store,
+        store: ReplicaStore,
         every: Duration,
         tasks: &TaskTracker,
         shutdown: CancellationToken,
@@ -125,7 +125,7 @@ impl Waker {
                 }
                 let payload = Tenants(tenants.swap(0, Ordering::SeqCst)).payload();
                 let sent = tokio::select! {
-                    sent = store.notify(RUNNABLE, &payload) => sent,
+                    sent = store.db.notify(RUNNABLE, &payload) => sent,
                     () = shutdown.cancelled() => return,
                 };
                 if let Err(e) = sent {
@@ -150,12 +150,10 @@ impl Waker {
     }
 }
 
-impl Store {
+impl Db {
     /// Sends one notification (a wake-up, or a stream's probe of its own connection).
     pub(crate) async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(channel)
-            .bind(payload)
+        sqlx::query!("SELECT pg_notify($1, $2)", channel, payload)
             .execute(self.pool())
             .await
             .db()?;

@@ -2,9 +2,9 @@
 //! worker claims only tools it has, so a tool no live worker has leaves its tasks here
 //! (queued, never failed for it); this is how that becomes visible.
 
-use crate::{DbResult, Result, Store};
+use crate::{DbResult, Result, WorkerStore};
 
-impl Store {
+impl WorkerStore {
     /// Tools whose runnable, unclaimed tasks have waited longer than `older_than_ms`, with
     /// how many, at most `limit` tools. Reads the claimable index's rows only.
     #[tracing::instrument(name = "db.queue.waiting", skip_all, err(level = "debug"))]
@@ -13,23 +13,24 @@ impl Store {
         older_than_ms: i64,
         limit: i64,
     ) -> Result<Vec<(String, i64)>> {
-        sqlx::query_as(
-            r"
-            SELECT tool, count(*)
+        let rows = sqlx::query!(
+            r#"
+            SELECT tool, count(*) AS "count!"
             FROM tasks
             WHERE status = 'working'
               AND lease_owner IS NULL
               AND cancel_requested_at IS NULL
-              AND run_after <= now() - $1 * interval '1 millisecond'
+              AND run_after <= now() - $1::int8 * interval '1 millisecond'
             GROUP BY tool
             ORDER BY tool
             LIMIT $2
-            ",
+            "#,
+            older_than_ms,
+            limit,
         )
-        .bind(older_than_ms)
-        .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await
-        .db()
+        .db()?;
+        Ok(rows.into_iter().map(|r| (r.tool, r.count)).collect())
     }
 }

@@ -9,6 +9,15 @@ use uuid::Uuid;
 
 use crate::{Owner, StoreError};
 
+/// A worker's hold on one task. The token is bumped by every claim, so a lease that was
+/// lost and re-granted to someone else can never write again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: Owner,
+    pub id: TaskId,
+    pub token: i64,
+}
+
 /// A task id: a UUIDv8 whose first 28 bits are the creation time in 16-second buckets and
 /// whose other 94 bits (all but version and variant) are random, written in its hyphenated
 /// lowercase form, which is safe in an `Mcp-Name` header as is.
@@ -68,49 +77,41 @@ impl std::fmt::Display for TaskId {
     }
 }
 
-/// Every column of a [`TaskRow`], for statements that read whole tasks.
-macro_rules! task_columns {
-    () => {
-        "tenant, principal, id, tool, arguments, trace_context, status, status_message,
-         created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms, result,
-         error, input_requests, input_responses, issued_keys, checkpoint, lease_owner,
-         lease_token, lease_expires_at, attempt, max_attempts, cancel_requested_at, version,
-         request_digest, end_reason, client_capabilities, claimed_attempt"
-    };
-}
-pub(crate) use task_columns;
-
-/// Every column of a task row.
+/// Every column of a task row (`TASK_COLUMNS` in `sql.rs`). Flat, as `sqlx::query_as!`
+/// fills it: what says how the task stands is read as a [`StandingRow`].
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct TaskRow {
-    tenant: String,
-    principal: String,
-    id: Uuid,
-    tool: String,
-    #[sqlx(flatten)]
-    standing: StandingRow,
-    arguments: Value,
-    trace_context: Option<Value>,
-    created_at: OffsetDateTime,
-    updated_at: OffsetDateTime,
-    finished_at: Option<OffsetDateTime>,
-    ttl_ms: Option<i64>,
-    poll_interval_ms: Option<i64>,
-    retention_ms: i64,
-    result: Option<Value>,
-    input_requests: Option<Value>,
-    input_responses: Value,
-    issued_keys: Vec<String>,
-    checkpoint: Option<Value>,
-    lease_owner: Option<String>,
-    lease_token: i64,
-    lease_expires_at: Option<OffsetDateTime>,
-    max_attempts: i32,
-    claimed_attempt: Option<i32>,
-    cancel_requested_at: Option<OffsetDateTime>,
-    version: i64,
+    pub(crate) tenant: String,
+    pub(crate) principal: String,
+    pub(crate) id: Uuid,
+    pub(crate) tool: String,
+    pub(crate) status: String,
+    pub(crate) status_message: Option<String>,
+    pub(crate) error: Option<Value>,
+    pub(crate) attempt: i32,
+    pub(crate) end_reason: Option<String>,
+    pub(crate) arguments: Value,
+    pub(crate) trace_context: Option<Value>,
+    pub(crate) created_at: OffsetDateTime,
+    pub(crate) updated_at: OffsetDateTime,
+    pub(crate) finished_at: Option<OffsetDateTime>,
+    pub(crate) ttl_ms: Option<i64>,
+    pub(crate) poll_interval_ms: Option<i64>,
+    pub(crate) retention_ms: i64,
+    pub(crate) result: Option<Value>,
+    pub(crate) input_requests: Option<Value>,
+    pub(crate) input_responses: Value,
+    pub(crate) issued_keys: Vec<String>,
+    pub(crate) checkpoint: Option<Value>,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_token: i64,
+    pub(crate) lease_expires_at: Option<OffsetDateTime>,
+    pub(crate) max_attempts: i32,
+    pub(crate) claimed_attempt: Option<i32>,
+    pub(crate) cancel_requested_at: Option<OffsetDateTime>,
+    pub(crate) version: i64,
     pub(crate) request_digest: Option<String>,
-    client_capabilities: Option<Value>,
+    pub(crate) client_capabilities: Option<Value>,
 }
 
 /// The codes of `tasks.end_reason` (the migration's CHECK constraint lists the same).
@@ -124,7 +125,7 @@ pub(crate) fn end_reason(code: &str) -> Option<EndReason> {
 }
 
 /// The columns that say how a task stands, in every row type that reads a task.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub(crate) struct StandingRow {
     status: String,
     status_message: Option<String>,
@@ -220,7 +221,16 @@ impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
 
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        let standing = Standing::read(row.id, row.standing)?;
+        let standing = Standing::read(
+            row.id,
+            StandingRow {
+                status: row.status,
+                status_message: row.status_message,
+                error: row.error,
+                attempt: row.attempt,
+                end_reason: row.end_reason,
+            },
+        )?;
         let input_requests = match row.input_requests.clone() {
             None => None,
             Some(Value::Object(m)) => Some(m),
@@ -272,33 +282,37 @@ impl TryFrom<TaskRow> for TaskRecord {
 /// a tree. Nothing is trusted that was not before: jsonb holds only valid JSON, and what
 /// a worker stored there (a tool's result, an upstream's as its client library read it,
 /// input requests the worker composed) is what parsing and re-serialising used to send.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// (`VIEW_COLUMNS` in `sql.rs`.)
+#[derive(Debug, Clone)]
 pub(crate) struct ViewRow {
-    id: Uuid,
-    #[sqlx(flatten)]
-    standing: StandingRow,
-    created_at: OffsetDateTime,
-    updated_at: OffsetDateTime,
-    ttl_ms: Option<i64>,
-    poll_interval_ms: Option<i64>,
-    result: Option<Box<RawValue>>,
-    input_requests: Option<Box<RawValue>>,
+    pub(crate) id: Uuid,
+    pub(crate) status: String,
+    pub(crate) status_message: Option<String>,
+    pub(crate) error: Option<Value>,
+    pub(crate) attempt: i32,
+    pub(crate) end_reason: Option<String>,
+    pub(crate) created_at: OffsetDateTime,
+    pub(crate) updated_at: OffsetDateTime,
+    pub(crate) ttl_ms: Option<i64>,
+    pub(crate) poll_interval_ms: Option<i64>,
+    pub(crate) result: Option<Box<RawValue>>,
+    pub(crate) input_requests: Option<Box<RawValue>>,
 }
-
-/// The columns of a [`ViewRow`].
-macro_rules! view_columns {
-    () => {
-        "id, status, status_message, created_at, updated_at, ttl_ms, poll_interval_ms, result,
-         error, input_requests, attempt, end_reason"
-    };
-}
-pub(crate) use view_columns;
 
 impl TryFrom<ViewRow> for RawTaskView {
     type Error = StoreError;
 
     fn try_from(row: ViewRow) -> Result<Self, StoreError> {
-        let standing = Standing::read(row.id, row.standing)?;
+        let standing = Standing::read(
+            row.id,
+            StandingRow {
+                status: row.status,
+                status_message: row.status_message,
+                error: row.error,
+                attempt: row.attempt,
+                end_reason: row.end_reason,
+            },
+        )?;
         // jsonb prints an object with its brace first.
         if row
             .input_requests

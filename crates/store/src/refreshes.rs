@@ -5,7 +5,7 @@
 use sqlx::{Postgres, Transaction};
 use time::OffsetDateTime;
 
-use crate::{DbResult, Result, Store};
+use crate::{DbResult, Result, Sessions, WorkerStore};
 
 /// One session's turn to renew: the other requests of that session wait for it to end
 /// (commit or drop) before theirs starts.
@@ -20,24 +20,28 @@ impl std::fmt::Debug for RefreshTurn {
     }
 }
 
-impl Store {
+impl Sessions {
     /// Waits for `session`'s turn to renew. The turn holds a connection until it ends, so
     /// what it waits on in between (the token endpoint) must be bounded by a timeout
     /// shorter than the idle-in-transaction limit.
     #[tracing::instrument(name = "db.console.refresh_turn", skip_all, err(level = "debug"))]
     pub async fn refresh_turn(&self, session: &str) -> Result<RefreshTurn> {
-        let mut tx = self.pool().begin().await.db()?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 7244))")
-            .bind(session)
-            .execute(&mut *tx)
-            .await
-            .db()?;
+        let mut tx = self.db.pool().begin().await.db()?;
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 7244))",
+            session
+        )
+        .execute(&mut *tx)
+        .await
+        .db()?;
         Ok(RefreshTurn {
             tx,
             session: session.to_owned(),
         })
     }
+}
 
+impl WorkerStore {
     /// Forgets renewals no request can need any more.
     #[tracing::instrument(
         name = "db.maintenance.purge_console_refreshes",
@@ -45,7 +49,7 @@ impl Store {
         err(level = "debug")
     )]
     pub async fn purge_console_refreshes(&self, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "DELETE FROM console_refreshes
              WHERE ctid = ANY (ARRAY(
                  SELECT ctid FROM console_refreshes
@@ -53,9 +57,9 @@ impl Store {
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED
              ))",
+            limit,
         )
-        .bind(limit)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())
@@ -66,12 +70,12 @@ impl RefreshTurn {
     /// What an earlier renewal of this session that spent `spent` (a digest of the
     /// refresh token) made of it, while it is remembered.
     pub async fn successor(&mut self, spent: &[u8]) -> Result<Option<String>> {
-        sqlx::query_scalar(
+        sqlx::query_scalar!(
             "SELECT successor FROM console_refreshes
              WHERE session = $1 AND spent = $2 AND expires_at > now()",
+            &self.session,
+            spent,
         )
-        .bind(&self.session)
-        .bind(spent)
         .fetch_optional(&mut *self.tx)
         .await
         .db()
@@ -85,16 +89,16 @@ impl RefreshTurn {
         successor: &str,
         expires_at: OffsetDateTime,
     ) -> Result<()> {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO console_refreshes (session, spent, successor, expires_at)
              VALUES ($1, $2, $3, $4)
              ON CONFLICT (session, spent) DO UPDATE SET
                  successor = EXCLUDED.successor, expires_at = EXCLUDED.expires_at",
+            &self.session,
+            spent,
+            successor,
+            expires_at,
         )
-        .bind(&self.session)
-        .bind(spent)
-        .bind(successor)
-        .bind(expires_at)
         .execute(&mut *self.tx)
         .await
         .db()?;

@@ -7,7 +7,7 @@
 
 use time::OffsetDateTime;
 
-use crate::{DbResult, Owner, Result, Store};
+use crate::{DbResult, Owner, Result, Sessions, WorkerStore};
 
 /// One session to end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,62 +22,64 @@ pub struct Revocation<'a> {
     pub max_per_owner: i64,
 }
 
-impl Store {
+impl Sessions {
     /// Ends a session for every replica. Idempotent.
     #[tracing::instrument(name = "db.session.revoke", skip_all, err(level = "debug"))]
     pub async fn revoke_session(&self, owner: &Owner, revocation: &Revocation<'_>) -> Result<()> {
-        let mut tx = self.pool().begin().await.db()?;
+        let mut tx = self.db.pool().begin().await.db()?;
         // Revocations of one owner take turns, so the count below stays exact.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 7243))")
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .execute(&mut *tx)
-            .await
-            .db()?;
-        let rows: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM (
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 7243))",
+            &owner.tenant,
+            &owner.principal,
+        )
+        .execute(&mut *tx)
+        .await
+        .db()?;
+        let rows = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "rows!" FROM (
                  SELECT 1 FROM session_revocations
                  WHERE tenant = $1 AND principal = $2 AND session <> '*'
                  LIMIT $3
-             ) AS live",
+             ) AS live"#,
+            &owner.tenant,
+            &owner.principal,
+            revocation.max_per_owner,
         )
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(revocation.max_per_owner)
         .fetch_one(&mut *tx)
         .await
         .db()?;
         if rows < revocation.max_per_owner {
-            sqlx::query(
+            sqlx::query!(
                 "INSERT INTO session_revocations (tenant, principal, session, expires_at)
                  VALUES ($1, $2, $3, $4)
                  ON CONFLICT (tenant, principal, session) DO NOTHING",
+                &owner.tenant,
+                &owner.principal,
+                revocation.session,
+                revocation.expires_at,
             )
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(revocation.session)
-            .bind(revocation.expires_at)
             .execute(&mut *tx)
             .await
             .db()?;
         } else {
             // Every session revoked so far was issued before now, so the wildcard covers
             // them (and this one) and their rows can go.
-            sqlx::query(
+            sqlx::query!(
                 "WITH wildcard AS (
                      INSERT INTO session_revocations
                          (tenant, principal, session, expires_at, revoked_before)
-                     VALUES ($1, $2, '*', now() + $3 * interval '1 millisecond', now())
+                     VALUES ($1, $2, '*', now() + $3::int8 * interval '1 millisecond', now())
                      ON CONFLICT (tenant, principal, session) DO UPDATE SET
                          revoked_before = now(),
                          expires_at = greatest(session_revocations.expires_at, EXCLUDED.expires_at)
                  )
                  DELETE FROM session_revocations
                  WHERE tenant = $1 AND principal = $2 AND session <> '*'",
+                &owner.tenant,
+                &owner.principal,
+                revocation.session_ttl_ms,
             )
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(revocation.session_ttl_ms)
             .execute(&mut *tx)
             .await
             .db()?;
@@ -99,22 +101,24 @@ impl Store {
         session: &str,
         issued_at: OffsetDateTime,
     ) -> Result<bool> {
-        sqlx::query_scalar(
-            "SELECT EXISTS (
+        sqlx::query_scalar!(
+            r#"SELECT EXISTS (
                  SELECT 1 FROM session_revocations
                  WHERE tenant = $1 AND principal = $2
                    AND (session = $3 OR (session = '*' AND revoked_before >= $4))
-             )",
+             ) AS "revoked!""#,
+            &owner.tenant,
+            &owner.principal,
+            session,
+            issued_at,
         )
-        .bind(&owner.tenant)
-        .bind(&owner.principal)
-        .bind(session)
-        .bind(issued_at)
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await
         .db()
     }
+}
 
+impl WorkerStore {
     /// Forgets revocations of sessions that have expired by now.
     #[tracing::instrument(
         name = "db.maintenance.purge_session_revocations",
@@ -122,9 +126,9 @@ impl Store {
         err(level = "debug")
     )]
     pub async fn purge_session_revocations(&self, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
-            // By ctid, as the tombstone purge does: a key join may be planned as a hash
-            // join over the whole table.
+        // By ctid, as the tombstone purge does: a key join may be planned as a hash join
+        // over the whole table.
+        let done = sqlx::query!(
             "DELETE FROM session_revocations
              WHERE ctid = ANY (ARRAY(
                  SELECT ctid FROM session_revocations
@@ -132,9 +136,9 @@ impl Store {
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED
              ))",
+            limit,
         )
-        .bind(limit)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())

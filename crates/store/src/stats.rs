@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
-use crate::{DbResult, QueryPlan, Result, Store};
+use crate::{DbResult, QueryPlan, Result, SharedStore};
 
+/// Run as they are, not checked by `query_as!`: their plans are also read with `EXPLAIN`
+/// ([`SharedStore::task_stats_plans`]), which needs the text.
+///
 /// The counts of live work, each through a partial index that holds live rows only, so
 /// the statement costs as much as there is live work, however many finished tasks the
 /// table holds. Every predicate repeats its index's own (`lease_owner IS NULL` and
@@ -64,10 +67,10 @@ pub struct TaskStats {
     pub queue_oldest_age: Duration,
 }
 
-impl Store {
+impl SharedStore {
     pub fn pool_stats(&self) -> PoolStats {
-        let open = self.pool().size();
-        let idle = u32::try_from(self.pool().num_idle()).unwrap_or(u32::MAX);
+        let open = self.db.pool().size();
+        let idle = u32::try_from(self.db.pool().num_idle()).unwrap_or(u32::MAX);
         PoolStats {
             active: open.saturating_sub(idle),
             idle,
@@ -79,7 +82,7 @@ impl Store {
     pub async fn task_stats(&self) -> Result<TaskStats> {
         let (queue_depth, oldest_ms, working, input_required): (i64, f64, i64, i64) =
             sqlx::query_as(LIVE_COUNTS)
-                .fetch_one(self.pool())
+                .fetch_one(self.db.pool())
                 .await
                 .db()?;
         let mut by_status = vec![
@@ -87,7 +90,7 @@ impl Store {
             ("input_required".to_owned(), input_required as f64),
         ];
         let estimated: Vec<(String, f64)> = sqlx::query_as(ESTIMATES)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         for status in ["completed", "failed", "cancelled"] {
@@ -115,7 +118,7 @@ impl Store {
         for (name, sql) in [("live counts", LIVE_COUNTS), ("estimates", ESTIMATES)] {
             let lines: Vec<String> =
                 sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
-                    .fetch_all(self.pool())
+                    .fetch_all(self.db.pool())
                     .await
                     .db()?;
             plans.push(QueryPlan {

@@ -3,8 +3,9 @@
 
 use uuid::Uuid;
 
-use crate::record::{TaskRow, task_columns};
-use crate::{DbResult, Owner, Result, Store, TaskId, TaskRecord};
+use crate::record::TaskRow;
+use crate::sql::checked;
+use crate::{DbResult, Owner, ReplicaStore, Result, TaskId, TaskRecord};
 
 /// Splits `(owner, id)` pairs into the three arrays `unnest` takes.
 fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
@@ -14,7 +15,7 @@ fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
     (tenants, principals, ids)
 }
 
-impl Store {
+impl ReplicaStore {
     /// Marks these tasks watched for `ttl_ms`: changes to them NOTIFY `mcp_tasks_changed`
     /// until the mark lapses. Marks with more than half their time left are not rewritten,
     /// so frequent refreshes cost few writes.
@@ -24,7 +25,7 @@ impl Store {
             return Ok(());
         }
         let (tenants, principals, ids) = columns(tasks);
-        sqlx::query(
+        sqlx::query!(
             r"
             WITH locked AS MATERIALIZED (
                 -- In key order, as a finish batch takes them (see finish.rs): marks and
@@ -33,23 +34,24 @@ impl Store {
                 JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
                   ON t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
                 WHERE t.watched_until IS NULL
-                   OR t.watched_until < now() + $4 * interval '0.5 millisecond'
+                   OR t.watched_until < now() + $4::int8 * interval '0.5 millisecond'
                 ORDER BY t.tenant, t.principal, t.id
                 FOR UPDATE OF t
             )
-            UPDATE tasks t SET watched_until = now() + $4 * interval '1 millisecond'
+            UPDATE tasks t SET watched_until = now() + $4::int8 * interval '1 millisecond'
             FROM unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
             WHERE (SELECT count(*) FROM locked) >= 0
               AND t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
-              AND (t.watched_until IS NULL OR t.watched_until < now() + $4 * interval '0.5 millisecond')
+              AND (t.watched_until IS NULL OR t.watched_until < now() + $4::int8 * interval '0.5 millisecond')
             ",
+            &tenants as _,
+            &principals as _,
+            &ids,
+            ttl_ms,
         )
-        .bind(&tenants)
-        .bind(&principals)
-        .bind(&ids)
-        .bind(ttl_ms)
-        .execute(self.pool())
-        .await.db()?;
+        .execute(self.db.pool())
+        .await
+        .db()?;
         Ok(())
     }
 
@@ -61,17 +63,18 @@ impl Store {
             return Ok(Vec::new());
         }
         let (tenants, principals, ids) = columns(tasks);
-        let rows: Vec<TaskRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks t
+        let rows = checked!(query_as!(
+            TaskRow,
+            "SELECT "
+                + TASK_COLUMNS
+                + " FROM tasks t
             JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS k(k_tenant, k_principal, k_id)
-              ON t.tenant = k.k_tenant AND t.principal = k.k_principal AND t.id = k.k_id"
+              ON t.tenant = k.k_tenant AND t.principal = k.k_principal AND t.id = k.k_id",
+            &tenants as _,
+            &principals as _,
+            &ids
         ))
-        .bind(&tenants)
-        .bind(&principals)
-        .bind(&ids)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await
         .db()?;
         rows.into_iter().map(TryInto::try_into).collect()
@@ -83,19 +86,22 @@ impl Store {
             return Ok(Vec::new());
         }
         let (tenants, principals, ids) = columns(tasks);
-        let rows: Vec<(Uuid, i64)> = sqlx::query_as(
+        let rows = sqlx::query!(
             r"
             SELECT t.id, t.version FROM tasks t
             JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS k(tenant, principal, id)
               ON t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
             ",
+            &tenants as _,
+            &principals as _,
+            &ids,
         )
-        .bind(&tenants)
-        .bind(&principals)
-        .bind(&ids)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await
         .db()?;
-        Ok(rows.into_iter().map(|(id, v)| (TaskId(id), v)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|r| (TaskId(r.id), r.version))
+            .collect())
     }
 }

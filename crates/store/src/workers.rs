@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::{DbResult, Result, Store};
+use crate::{ConsoleReads, DbResult, Result, WorkerStore};
 
 /// A worker is live while its last refresh is younger than this many refresh intervals
 /// (one late refresh on a loaded machine or a slow database must not make it "gone").
@@ -51,37 +51,26 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-type PresenceRow = (
-    String,
-    Vec<String>,
-    Option<String>,
-    Option<i32>,
-    i32,
-    OffsetDateTime,
-    OffsetDateTime,
-    bool,
-);
-
-impl Store {
+impl WorkerStore {
     /// Registers the worker (again, after a restart under the same id or after
     /// maintenance forgot it): a fresh `started_at` and `last_seen_at`.
     #[tracing::instrument(name = "db.workers.register", skip_all, err(level = "debug"))]
     pub async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO workers (id, tools, host, pid, concurrency, refresh_ms)
              VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (id) DO UPDATE SET
                  tools = EXCLUDED.tools, host = EXCLUDED.host, pid = EXCLUDED.pid,
                  concurrency = EXCLUDED.concurrency, refresh_ms = EXCLUDED.refresh_ms,
                  started_at = now(), last_seen_at = now()",
+            &worker.id,
+            &worker.tools,
+            worker.host.as_deref(),
+            worker.pid.and_then(|p| i32::try_from(p).ok()),
+            i32::try_from(worker.concurrency).unwrap_or(i32::MAX),
+            i32::try_from(millis(worker.refresh)).unwrap_or(i32::MAX),
         )
-        .bind(&worker.id)
-        .bind(&worker.tools)
-        .bind(&worker.host)
-        .bind(worker.pid.and_then(|p| i32::try_from(p).ok()))
-        .bind(i32::try_from(worker.concurrency).unwrap_or(i32::MAX))
-        .bind(i32::try_from(millis(worker.refresh)).unwrap_or(i32::MAX))
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(())
@@ -92,12 +81,14 @@ impl Store {
     /// the worker when its row is gone (maintenance forgot it during a long outage).
     #[tracing::instrument(name = "db.workers.refresh", skip_all, err(level = "debug"))]
     pub async fn refresh_worker(&self, worker: &WorkerInfo) -> Result<()> {
-        let done = sqlx::query("UPDATE workers SET last_seen_at = now(), tools = $2 WHERE id = $1")
-            .bind(&worker.id)
-            .bind(&worker.tools)
-            .execute(self.pool())
-            .await
-            .db()?;
+        let done = sqlx::query!(
+            "UPDATE workers SET last_seen_at = now(), tools = $2 WHERE id = $1",
+            &worker.id,
+            &worker.tools,
+        )
+        .execute(self.db.pool())
+        .await
+        .db()?;
         if done.rows_affected() == 0 {
             return self.register_worker(worker).await;
         }
@@ -107,9 +98,8 @@ impl Store {
     /// Deletes the worker's row (a clean shutdown).
     #[tracing::instrument(name = "db.workers.deregister", skip_all, err(level = "debug"))]
     pub async fn deregister_worker(&self, id: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM workers WHERE id = $1")
-            .bind(id)
-            .execute(self.pool())
+        let done = sqlx::query!("DELETE FROM workers WHERE id = $1", id)
+            .execute(self.db.pool())
             .await
             .db()?;
         Ok(done.rows_affected() == 1)
@@ -119,49 +109,48 @@ impl Store {
     /// their row). The table holds a row per worker process, so one statement does.
     #[tracing::instrument(name = "db.maintenance.forget_workers", skip_all, err(level = "debug"))]
     pub async fn forget_workers(&self, after: Duration) -> Result<u64> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "DELETE FROM workers WHERE last_seen_at < now() - $1::int8 * interval '1 millisecond'",
+            millis(after),
         )
-        .bind(millis(after))
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await
         .db()?;
         Ok(done.rows_affected())
     }
+}
 
+impl ConsoleReads {
     /// The workers seen within `within` (live ones, and those gone since), by id.
     #[tracing::instrument(name = "db.workers.list", skip_all, err(level = "debug"))]
     pub async fn workers_seen(&self, within: Duration) -> Result<Vec<WorkerPresence>> {
-        let rows: Vec<PresenceRow> = sqlx::query_as(
-            "SELECT id, tools, host, pid, concurrency, started_at, last_seen_at,
+        let rows = sqlx::query!(
+            r#"SELECT id, tools, host, pid, concurrency, started_at, last_seen_at,
                     last_seen_at > now() - ($3::int4 * refresh_ms) * interval '1 millisecond'
+                        AS "live!"
              FROM workers
              WHERE last_seen_at > now() - $1::int8 * interval '1 millisecond'
              ORDER BY id
-             LIMIT $2",
+             LIMIT $2"#,
+            millis(within),
+            WORKERS_LIMIT,
+            MISSED_REFRESHES,
         )
-        .bind(millis(within))
-        .bind(WORKERS_LIMIT)
-        .bind(MISSED_REFRESHES)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await
         .db()?;
         Ok(rows
             .into_iter()
-            .map(
-                |(id, tools, host, pid, concurrency, started_at, last_seen_at, live)| {
-                    WorkerPresence {
-                        id,
-                        tools,
-                        host,
-                        pid: pid.and_then(|p| u32::try_from(p).ok()),
-                        concurrency: u32::try_from(concurrency).unwrap_or(0),
-                        started_at,
-                        last_seen_at,
-                        live,
-                    }
-                },
-            )
+            .map(|r| WorkerPresence {
+                id: r.id,
+                tools: r.tools,
+                host: r.host,
+                pid: r.pid.and_then(|p| u32::try_from(p).ok()),
+                concurrency: u32::try_from(r.concurrency).unwrap_or(0),
+                started_at: r.started_at,
+                last_seen_at: r.last_seen_at,
+                live: r.live,
+            })
             .collect())
     }
 }

@@ -8,7 +8,9 @@ use mcp_tasks_tools::ExecutionPolicy;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::scheduling::{self, Limits, RawLimits, RawScheduling, RawTenant, Scheduling};
+pub mod scheduling;
+
+use scheduling::{Limits, RawLimits, RawScheduling, RawTenant, Scheduling};
 
 /// One `[[upstream]]` entry, checked.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,13 +12,12 @@ mod declared;
 mod forward;
 mod input;
 mod routing;
-pub mod scheduling;
 mod stdio;
 mod upstream_task;
 
 pub use catalog::{Options, StartError, Upstreams};
+pub use config::scheduling::{self, Limits, Order, Scheduling, TenantPolicy};
 pub use config::{
     Config, ConfigError, DEFAULT_MAX_RESULT_BYTES, INHERITED_ENV, ToolSettings, Transport,
     UpstreamConfig,
 };
-pub use scheduling::{Limits, Order, Scheduling, TenantPolicy};

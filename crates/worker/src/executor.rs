@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mcp_tasks_observe::otel;
 use mcp_tasks_observe::record as observe;
-use mcp_tasks_store::{Claimed, Finish, InputOutcome, Lease, Store};
+use mcp_tasks_store::{Claimed, Finish, InputOutcome, Lease, WorkerStore};
 use mcp_tasks_tools::{
     BoxFuture, ContextError, Outcome, TaskSink, ToolContext, ToolError, ToolResult,
 };
@@ -479,9 +479,9 @@ async fn request_input(
 
 /// Retries a lease write through database blips, for at most `within` (a lease length:
 /// by then the lease has lapsed, and someone else may have claimed the task).
-async fn retry<T, F, Fut>(store: &Store, lease: &Lease, within: Duration, op: F) -> Option<T>
+async fn retry<T, F, Fut>(store: &WorkerStore, lease: &Lease, within: Duration, op: F) -> Option<T>
 where
-    F: Fn(Store, Lease) -> Fut,
+    F: Fn(WorkerStore, Lease) -> Fut,
     Fut: Future<Output = mcp_tasks_store::Result<T>>,
 {
     retry_paced(store, lease, within, Duration::from_secs(2), op).await
@@ -490,14 +490,14 @@ where
 /// [`retry`], with the pause between attempts doubling up to `pace`. Each attempt is
 /// bounded too: a statement on a connection that hangs is given up on at the end.
 async fn retry_paced<T, F, Fut>(
-    store: &Store,
+    store: &WorkerStore,
     lease: &Lease,
     within: Duration,
     pace: Duration,
     op: F,
 ) -> Option<T>
 where
-    F: Fn(Store, Lease) -> Fut,
+    F: Fn(WorkerStore, Lease) -> Fut,
     Fut: Future<Output = mcp_tasks_store::Result<T>>,
 {
     let give_up = Instant::now() + within;
@@ -524,7 +524,7 @@ where
 
 /// A handler's side effects, written only while the lease is held.
 struct LeaseSink {
-    store: Store,
+    store: WorkerStore,
     lease: Lease,
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mcp_tasks_store::{HeldAnswers, HeldAsk, Lease, Store};
+use mcp_tasks_store::{HeldAnswers, HeldAsk, Lease, WorkerStore};
 use mcp_tasks_tools::ContextError;
 use mcp_tasks_wire::json::replace_nul;
 use serde_json::Value;
@@ -16,7 +16,7 @@ const FIRST_POLL: Duration = Duration::from_millis(100);
 const SLOWEST_POLL: Duration = Duration::from_secs(1);
 
 pub(crate) async fn ask(
-    store: &Store,
+    store: &WorkerStore,
     lease: &Lease,
     requests: &[(String, Value)],
 ) -> Result<Vec<Value>, ContextError> {

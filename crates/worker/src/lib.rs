@@ -26,7 +26,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcp_tasks_store::{Lease, Store, TaskId};
+use mcp_tasks_store::{Lease, TaskId, WorkerStore};
 use mcp_tasks_tools::LiveRegistry;
 use mcp_tasks_wire::results::Implementation;
 use tokio::sync::{Notify, Semaphore, watch};
@@ -143,7 +143,7 @@ impl Running {
 }
 
 struct Shared {
-    store: Store,
+    store: WorkerStore,
     registry: LiveRegistry,
     config: WorkerConfig,
     running: Mutex<HashMap<TaskId, Running>>,
@@ -204,7 +204,7 @@ pub enum WorkerError {
 /// get `shutdown_grace` to finish, and the tasks still running after that are released
 /// so another worker picks them up at once.
 pub async fn run(
-    store: Store,
+    store: WorkerStore,
     registry: impl Into<LiveRegistry>,
     config: WorkerConfig,
     shutdown: CancellationToken,

@@ -222,7 +222,7 @@ const HEARTBEAT_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 /// the claim loop polls and heartbeats carry cancellation flags, so a lost one costs
 /// latency only.
 pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
-    let mut events = shared.store.events(
+    let mut events = shared.store.shared().events(
         &[EventKind::Runnable, EventKind::CancelRequested],
         EventsConfig::default(),
     );
@@ -279,7 +279,7 @@ async fn report_waiting(shared: &Shared) {
 
 /// Live tasks at which a table that was never analysed is given its first statistics, and
 /// changed rows below which a table's statistics are never called stale (see
-/// `Store::analyze_if_stale`).
+/// `WorkerStore::analyze_if_stale`).
 const ANALYZE_MIN_ROWS: i64 = 1000;
 /// At most one ANALYZE of the task table per this many milliseconds, by any worker.
 const ANALYZE_MIN_GAP_MS: i64 = 10_000;

@@ -393,6 +393,7 @@ async fn input_requests_a_form_cannot_express_are_shown_and_only_declined() {
         requests.insert(key.into(), request);
     }
     let outcome = store
+        .worker()
         .request_input(&lease, &requests, Some("waiting"), None)
         .await
         .expect("request_input");

@@ -76,6 +76,7 @@ async fn make(store: &Store, owner: &Owner, n: usize) -> Vec<TaskId> {
 
 async fn complete(store: &Store, id: TaskId) {
     let claimed = store
+        .worker()
         .claim_tools("views-worker", 100, 60_000, &[TOOL.to_owned()])
         .await
         .expect("claim");
@@ -84,10 +85,16 @@ async fn complete(store: &Store, id: TaskId) {
             Finish::Completed(json!({ "content": [], "isError": false }))
         } else {
             // Back to the queue, the others.
-            assert!(store.release(&c.lease).await.expect("release"));
+            assert!(store.worker().release(&c.lease).await.expect("release"));
             continue;
         };
-        assert!(store.finish(&c.lease, &finish, None).await.expect("finish"));
+        assert!(
+            store
+                .worker()
+                .finish(&c.lease, &finish, None)
+                .await
+                .expect("finish")
+        );
     }
 }
 
@@ -170,6 +177,7 @@ async fn the_inbox_lists_the_principals_waiting_tasks_oldest_first() {
     // Asked in this order: the second, then the first (oldest created first anyway),
     // then bob's.
     let mut leases = store
+        .worker()
         .claim_tools("views-worker", 10, 60_000, &[TOOL.to_owned()])
         .await
         .expect("claim");
@@ -177,6 +185,7 @@ async fn the_inbox_lists_the_principals_waiting_tasks_oldest_first() {
     for c in &leases {
         if c.lease.id != ids[2] {
             store
+                .worker()
                 .request_input(&c.lease, &requests, None, None)
                 .await
                 .expect("input");
@@ -216,7 +225,11 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
         concurrency: 2,
         refresh: Duration::from_secs(60),
     };
-    store.register_worker(&idle).await.expect("register");
+    store
+        .worker()
+        .register_worker(&idle)
+        .await
+        .expect("register");
     let admin = browser(&app, "acme", "root", true).await;
     let before = admin.get("/console/health").await;
     assert!(
@@ -235,6 +248,7 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     // A worker claims one with a short lease and is lost; another takes it over. The
     // lease must outlive the page read below on a loaded machine (100 ms did not).
     let lost = store
+        .worker()
         .claim_tools("lost-worker", 1, LOST_LEASE_MS, &[TOOL.to_owned()])
         .await
         .expect("claim");
@@ -252,13 +266,20 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
     );
     tokio::time::sleep(Duration::from_millis(LOST_LEASE_MS.unsigned_abs() + 150)).await;
     let rescuer = store
+        .worker()
         .claim_tools("rescuer", 10, 60_000, &[TOOL.to_owned()])
         .await
         .expect("claim");
     assert_eq!(rescuer.len(), 3);
     for c in &rescuer {
         let done = Finish::Completed(json!({ "content": [], "isError": false }));
-        assert!(store.finish(&c.lease, &done, None).await.expect("finish"));
+        assert!(
+            store
+                .worker()
+                .finish(&c.lease, &done, None)
+                .await
+                .expect("finish")
+        );
     }
     let after = admin.get("/console/health").await;
     assert_eq!(text_of(&after.body, "queue-depth").as_deref(), Some("0"));
@@ -300,6 +321,7 @@ async fn a_task_waiting_for_input_shows_the_attempt_that_asked() {
     let alice = Owner::new("acme", "alice");
     let id = make(store, &alice, 1).await[0];
     let claimed = store
+        .worker()
         .claim_tools("asking-worker", 1, 60_000, &[TOOL.to_owned()])
         .await
         .expect("claim");
@@ -308,6 +330,7 @@ async fn a_task_waiting_for_input_shows_the_attempt_that_asked() {
         "message": "?",
         "requestedSchema": { "type": "object", "properties": { "confirm": { "type": "boolean" } } } } } });
     store
+        .worker()
         .request_input(
             &claimed[0].lease,
             requests.as_object().expect("object"),

@@ -200,7 +200,7 @@ impl InProcess {
             let mut config = server_config();
             f(&mut config);
             let state = AppState::new(
-                db.store.clone(),
+                super::db::replica_stores(&db.store),
                 registry("conformance"),
                 config,
                 Arc::new(NoAuth::default()),

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use mcp_tasks_devdb::with_database;
+use mcp_tasks_server::Stores;
 use mcp_tasks_store::{PoolConfig, Store};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
@@ -117,6 +118,15 @@ impl TestDb {
         .fetch_one(&self.pool)
         .await
         .unwrap_or_else(|e| panic!("counting tasks where {condition}: {e}"))
+    }
+}
+
+/// The handles a replica gets from `store`, as the binary wires them.
+pub(crate) fn replica_stores(store: &Store) -> Stores {
+    Stores {
+        tasks: store.replica(),
+        console: store.console(),
+        sessions: store.sessions(),
     }
 }
 

@@ -37,12 +37,16 @@ pub(crate) fn new_task(tool: &str, arguments: Value) -> NewTask {
 
 /// Inserts `task` through the store, as `owner`.
 pub(crate) async fn create(store: &Store, owner: &Owner, task: NewTask) -> TaskRecord {
-    store.create_task(owner, task).await.expect("create_task")
+    store
+        .replica()
+        .create_task(owner, task)
+        .await
+        .expect("create_task")
 }
 
 /// The task, which must exist for its owner.
 pub(crate) async fn found(store: &Store, owner: &Owner, id: TaskId) -> TaskRecord {
-    match store.get_task(owner, id).await.expect("get_task") {
+    match store.replica().get_task(owner, id).await.expect("get_task") {
         Lookup::Found(task) => task,
         other => panic!("task {id} not found for its owner: {other:?}"),
     }
@@ -50,7 +54,11 @@ pub(crate) async fn found(store: &Store, owner: &Owner, id: TaskId) -> TaskRecor
 
 /// Claims exactly one task and checks it is `id`.
 pub(crate) async fn claim_id(store: &Store, worker: &str, lease_ms: i64, id: TaskId) -> Claimed {
-    let mut claimed = store.claim(worker, 1, lease_ms).await.expect("claim");
+    let mut claimed = store
+        .worker()
+        .claim(worker, 1, lease_ms)
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 1, "{worker} expected to claim task {id}");
     let c = claimed.pop().expect("one claim");
     assert_eq!(c.lease.id, id, "{worker} claimed another task");
@@ -59,7 +67,11 @@ pub(crate) async fn claim_id(store: &Store, worker: &str, lease_ms: i64, id: Tas
 
 /// A lease on `id` for `test-worker` (a minute long), as a worker would take it.
 pub(crate) async fn leased(store: &Store, id: TaskId) -> Lease {
-    let claimed = store.claim("test-worker", 10, 60_000).await.expect("claim");
+    let claimed = store
+        .worker()
+        .claim("test-worker", 10, 60_000)
+        .await
+        .expect("claim");
     claimed
         .into_iter()
         .find(|c| c.lease.id == id)

@@ -95,7 +95,7 @@ impl Replica {
         };
         let shutdown = CancellationToken::new();
         let state = AppState::new(
-            store.clone(),
+            super::db::replica_stores(store),
             registry,
             config,
             auth,
@@ -155,7 +155,7 @@ impl Worker {
 
     pub(crate) fn start_with(store: &Store, registry: Registry, config: WorkerConfig) -> Self {
         let shutdown = CancellationToken::new();
-        let run = mcp_tasks_worker::run(store.clone(), registry, config, shutdown.clone());
+        let run = mcp_tasks_worker::run(store.worker(), registry, config, shutdown.clone());
         Self {
             shutdown,
             task: tokio::spawn(async move {
@@ -203,7 +203,7 @@ impl IsolatedWorker {
             )
             .await
             .expect("connect");
-            mcp_tasks_worker::run(store, registry, config, CancellationToken::new())
+            mcp_tasks_worker::run(store.worker(), registry, config, CancellationToken::new())
                 .await
                 .expect("worker failed");
         });

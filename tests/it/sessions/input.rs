@@ -277,6 +277,7 @@ async fn tasks_list_pages_through_the_callers_own_tasks() {
     for _ in 0..53 {
         mine.push(
             db.store
+                .replica()
                 .create_task(&alice, task())
                 .await
                 .expect("create")
@@ -284,7 +285,13 @@ async fn tasks_list_pages_through_the_callers_own_tasks() {
                 .to_string(),
         );
     }
-    let theirs = db.store.create_task(&bob, task()).await.expect("create").id;
+    let theirs = db
+        .store
+        .replica()
+        .create_task(&bob, task())
+        .await
+        .expect("create")
+        .id;
     let s = Session::open(&replica.url, "2025-11-25", json!({}), "alice").await;
 
     let first = s.result(1, "tasks/list", json!({})).await;

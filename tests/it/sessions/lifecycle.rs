@@ -286,7 +286,12 @@ async fn sessions_expire_and_maintenance_forgets_their_ends() {
         Duration::from_secs(30),
         "the revocation to lapse",
         || async {
-            let r = db.store.maintain(100, 60_000).await.expect("maintain");
+            let r = db
+                .store
+                .worker()
+                .maintain(100, 60_000)
+                .await
+                .expect("maintain");
             (r.session_revocations_deleted > 0).then_some(r.session_revocations_deleted)
         },
     )

@@ -12,7 +12,12 @@ use crate::harness::TestDb;
 use crate::harness::fixtures::{claim_id, create, found, new_task};
 
 async fn history(store: &Store, id: TaskId) -> Vec<HistoryEvent> {
-    match store.task_history(&alice(), id).await.expect("history") {
+    match store
+        .console()
+        .task_history(&alice(), id)
+        .await
+        .expect("history")
+    {
         Lookup::Found(events) => events,
         other => panic!("no history for {id}: {other:?}"),
     }
@@ -42,6 +47,7 @@ async fn a_task_waiting_for_input_is_on_the_attempt_that_asked() {
     assert_eq!(c2.task.attempt, 2);
     let requests = json!({ "ok": { "method": "elicitation/create", "params": { "message": "?", "requestedSchema": confirm_schema() } } });
     store
+        .worker()
         .request_input(&c2.lease, requests.as_object().expect("object"), None, None)
         .await
         .expect("request input");
@@ -59,6 +65,7 @@ async fn a_task_waiting_for_input_is_on_the_attempt_that_asked() {
     // Answered: the answer belongs to attempt 2; the next round's first claim is
     // attempt 1, and the archived claim of w2 keeps its number.
     store
+        .replica()
         .update_inputs(
             &alice(),
             id,
@@ -74,7 +81,7 @@ async fn a_task_waiting_for_input_is_on_the_attempt_that_asked() {
     let c3 = claim_id(store, "w3", 60_000, id).await;
     assert_eq!((c3.task.attempt, c3.task.current_attempt()), (1, 1));
     // A release gives the interrupted run back; its claim is still attempt 1.
-    assert!(store.release(&c3.lease).await.expect("release"));
+    assert!(store.worker().release(&c3.lease).await.expect("release"));
     let c4 = claim_id(store, "w4", 60_000, id).await;
     assert_eq!(c4.task.attempt, 1);
 

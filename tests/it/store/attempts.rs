@@ -31,7 +31,7 @@ async fn lost_workers_exhaust_attempts() {
         if attempt == 3 {
             // Held (not lapsed) with no attempts left: not rescue's business yet.
             assert_eq!(
-                store.rescue_lapsed(100).await.expect("rescue"),
+                store.worker().rescue_lapsed(100).await.expect("rescue"),
                 RescueReport::default()
             );
             assert_eq!(found(store, &owner, id).await.status, TaskStatus::Working);
@@ -43,6 +43,7 @@ async fn lost_workers_exhaust_attempts() {
     let before = row(pool, id).await;
     assert!(
         store
+            .worker()
             .claim("late", 10, 60_000)
             .await
             .expect("claim")
@@ -52,7 +53,7 @@ async fn lost_workers_exhaust_attempts() {
     assert_eq!(row(pool, id).await, before);
 
     assert_eq!(
-        store.rescue_lapsed(100).await.expect("rescue"),
+        store.worker().rescue_lapsed(100).await.expect("rescue"),
         RescueReport {
             failed: 1,
             cancelled: 0
@@ -74,11 +75,12 @@ async fn lost_workers_exhaust_attempts() {
     assert_eq!(rec.result, None);
     // Nothing more to do.
     assert_eq!(
-        store.rescue_lapsed(100).await.expect("rescue"),
+        store.worker().rescue_lapsed(100).await.expect("rescue"),
         RescueReport::default()
     );
     assert!(
         store
+            .worker()
             .claim("late", 10, 60_000)
             .await
             .expect("claim")
@@ -96,7 +98,7 @@ async fn lost_workers_exhaust_attempts() {
     claim_id(store, "lost", 60_000, t2.id).await;
     force_lapse(pool, t2.id).await;
     assert_eq!(
-        store.rescue_lapsed(100).await.expect("rescue"),
+        store.worker().rescue_lapsed(100).await.expect("rescue"),
         RescueReport::default()
     );
     let again = claim_id(store, "next", 60_000, t2.id).await;
@@ -104,6 +106,7 @@ async fn lost_workers_exhaust_attempts() {
     assert_eq!(again.task.attempt, 2);
     assert!(
         store
+            .worker()
             .finish(&again.lease, &Finish::Completed(text_result("ok")), None)
             .await
             .expect("finish")
@@ -118,13 +121,18 @@ async fn lost_workers_exhaust_attempts() {
     .await;
     claim_id(store, "lost", 60_000, t3.id).await;
     assert_eq!(
-        store.cancel_task(&owner, t3.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t3.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
     force_lapse(pool, t3.id).await;
     let before = row(pool, t3.id).await;
     assert!(
         store
+            .worker()
             .claim("next", 10, 60_000)
             .await
             .expect("claim")
@@ -133,7 +141,7 @@ async fn lost_workers_exhaust_attempts() {
     );
     assert_eq!(row(pool, t3.id).await, before);
     assert_eq!(
-        store.rescue_lapsed(100).await.expect("rescue"),
+        store.worker().rescue_lapsed(100).await.expect("rescue"),
         RescueReport {
             failed: 0,
             cancelled: 1
@@ -167,13 +175,21 @@ async fn released_task_with_cancel_requested_is_not_rerun() {
     .await;
     let c = claim_id(store, "draining", 60_000, task.id).await;
     assert_eq!(
-        store.cancel_task(&owner, task.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, task.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
     // The worker shuts down before it saw the cancellation and gives the task back.
-    assert!(store.release(&c.lease).await.expect("release"));
+    assert!(store.worker().release(&c.lease).await.expect("release"));
 
-    let reclaimed = store.claim("next", 10, 60_000).await.expect("claim");
+    let reclaimed = store
+        .worker()
+        .claim("next", 10, 60_000)
+        .await
+        .expect("claim");
     assert!(
         reclaimed.is_empty(),
         "the cancelled-by-the-client task was handed to another worker: {:?}",
@@ -182,8 +198,12 @@ async fn released_task_with_cancel_requested_is_not_rerun() {
             .map(|c| c.lease.clone())
             .collect::<Vec<_>>()
     );
-    store.rescue_lapsed(100).await.expect("rescue");
-    store.maintain(100, 60_000).await.expect("maintain");
+    store.worker().rescue_lapsed(100).await.expect("rescue");
+    store
+        .worker()
+        .maintain(100, 60_000)
+        .await
+        .expect("maintain");
     let rec = found(store, &owner, task.id).await;
     assert_eq!(rec.status, TaskStatus::Cancelled, "{rec:?}");
 }

@@ -46,10 +46,12 @@ async fn a_task_without_a_ttl_keeps_a_bounded_history_the_newest() {
         let key = format!("confirm-{round}");
         let requests = answers(&[(key.as_str(), confirm_schema())]);
         store
+            .worker()
             .request_input(&lease, &requests, None, None)
             .await
             .expect("request input");
         store
+            .replica()
             .update_inputs(
                 &owner,
                 id,
@@ -78,6 +80,7 @@ async fn a_task_without_a_ttl_keeps_a_bounded_history_the_newest() {
     let other = create(store, &owner, new_task("echo", json!({}))).await.id;
     let lease = leased(store, other).await;
     store
+        .worker()
         .request_input(&lease, &answers(&[("k", confirm_schema())]), None, None)
         .await
         .expect("request input");

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mcp_tasks_store::testing::{Seed, SeedState};
 use mcp_tasks_store::{
     COUNT_LIMIT, Finish, HistoryEvent, HistoryKind, ListCursor, Lookup, Owner, SCAN_LIMIT, Scope,
     Store, TaskFilter, TaskId, TaskSummary,
@@ -62,35 +63,41 @@ async fn load(db: &TestDb, n: usize, seed: usize) -> Vec<Gen> {
             }
         })
         .collect();
-    insert(&db.pool, &rows).await;
+    insert(&db.store, &rows).await;
     rows
 }
 
-async fn insert(pool: &sqlx::PgPool, rows: &[Gen]) {
-    let col = |f: &dyn Fn(&Gen) -> String| rows.iter().map(f).collect::<Vec<_>>();
-    sqlx::query(
-        r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status, created_at,
-               updated_at, finished_at, retention_ms, result, error, input_requests,
-               max_attempts, attempt, run_after)
-           SELECT t, p, i, tool, '{}', s, c, c,
-               CASE WHEN s IN ('completed', 'failed', 'cancelled') THEN c END, 60000,
-               CASE WHEN s = 'completed' THEN '{"content":[],"isError":false}'::jsonb END,
-               CASE WHEN s = 'failed' THEN '{"code":-32603,"message":"x"}'::jsonb END,
-               CASE WHEN s = 'input_required' THEN '{"k":{}}'::jsonb END,
-               5, a, CASE WHEN s = 'working' THEN now() + interval '1 day' END
-           FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::int4[],
-                       $7::timestamptz[]) AS u(t, p, i, tool, s, a, c)"#,
-    )
-    .bind(col(&|g| g.tenant.clone()))
-    .bind(col(&|g| g.principal.clone()))
-    .bind(rows.iter().map(|g| g.id).collect::<Vec<_>>())
-    .bind(col(&|g| g.tool.to_owned()))
-    .bind(col(&|g| g.status.to_owned()))
-    .bind(rows.iter().map(|g| g.attempt).collect::<Vec<_>>())
-    .bind(rows.iter().map(|g| g.created_at).collect::<Vec<_>>())
-    .execute(pool)
-    .await
-    .expect("bulk insert");
+async fn insert(store: &Store, rows: &[Gen]) {
+    let seeds = rows.iter().map(|g| {
+        let finished_at = g.created_at;
+        let state = match g.status {
+            "working" => SeedState::Queued {
+                run_after: Some(OffsetDateTime::now_utc() + time::Duration::days(1)),
+            },
+            "input_required" => SeedState::InputRequired {
+                requests: json!({ "k": {} }).as_object().cloned().unwrap_or_default(),
+            },
+            "completed" => SeedState::Completed {
+                result: json!({ "content": [], "isError": false }),
+                finished_at,
+            },
+            "failed" => SeedState::Failed {
+                error: json!({ "code": -32603, "message": "x" }),
+                finished_at,
+            },
+            _ => SeedState::Cancelled { finished_at },
+        };
+        Seed {
+            id: TaskId(g.id),
+            state,
+            created_at: g.created_at,
+            retention_ms: 60_000,
+            max_attempts: 5,
+            attempt: g.attempt,
+            ..Seed::new(Owner::new(g.tenant.clone(), g.principal.clone()), g.tool)
+        }
+    });
+    store.seed(seeds).await.expect("bulk insert");
 }
 
 /// Which generated rows a filter should keep.
@@ -107,6 +114,7 @@ async fn all_pages(
     let mut out = Vec::new();
     for _ in 0..1000 {
         let page = store
+            .console()
             .console_tasks(scope, filter, after, limit)
             .await
             .expect("console_tasks");
@@ -211,7 +219,12 @@ async fn the_list_filters_pages_newest_first_and_keeps_to_its_scope() {
             }
         }
         // Counts by status, exact at this size.
-        let counts = db.store.console_status_counts(scope).await.expect("counts");
+        let counts = db
+            .store
+            .console()
+            .console_status_counts(scope)
+            .await
+            .expect("counts");
         assert_eq!(counts.len(), 5);
         for c in counts {
             let n = expected(&rows, scope, |g| g.status == c.status.as_str()).len();
@@ -244,7 +257,7 @@ async fn a_rare_filter_costs_bounded_pages_and_counts_cap_past_their_limit() {
             created_at: base + time::Duration::milliseconds(i64::try_from(i).unwrap_or(0)),
         })
         .collect();
-    insert(&db.pool, &rows).await;
+    insert(&db.store, &rows).await;
     let scope = Scope::owner(&Owner::new("acme", "alice"));
     let filter = TaskFilter {
         status: Some(TaskStatus::Failed),
@@ -252,6 +265,7 @@ async fn a_rare_filter_costs_bounded_pages_and_counts_cap_past_their_limit() {
     };
     let first = db
         .store
+        .console()
         .console_tasks(&scope, &filter, None, 20)
         .await
         .expect("page");
@@ -268,6 +282,7 @@ async fn a_rare_filter_costs_bounded_pages_and_counts_cap_past_their_limit() {
 
     let counts = db
         .store
+        .console()
         .console_status_counts(&scope)
         .await
         .expect("counts");
@@ -296,7 +311,12 @@ async fn the_inbox_holds_the_principals_waiting_tasks_oldest_first() {
     let db = TestDb::new().await;
     let rows = load(&db, 200, 3).await;
     let alice = Owner::new("acme", "alice");
-    let inbox = db.store.console_inbox(&alice, 500).await.expect("inbox");
+    let inbox = db
+        .store
+        .console()
+        .console_inbox(&alice, 500)
+        .await
+        .expect("inbox");
     let mut want: Vec<&Gen> = rows
         .iter()
         .filter(|g| g.tenant == "acme" && g.principal == "alice" && g.status == "input_required")
@@ -312,7 +332,12 @@ fn kinds(events: &[HistoryEvent]) -> Vec<HistoryKind> {
 }
 
 async fn history(store: &Store, owner: &Owner, id: TaskId) -> Vec<HistoryEvent> {
-    match store.task_history(owner, id).await.expect("history") {
+    match store
+        .console()
+        .task_history(owner, id)
+        .await
+        .expect("history")
+    {
         Lookup::Found(events) => events,
         other => panic!("no history for {id}: {other:?}"),
     }
@@ -344,10 +369,12 @@ async fn every_transition_is_in_the_history_and_goes_with_the_task() {
     let requests = json!({ "ok": { "method": "elicitation/create", "params": { "message": "?", "requestedSchema": confirm_schema() } } });
     let requests = requests.as_object().expect("object").clone();
     store
+        .worker()
         .request_input(&c1.lease, &requests, None, None)
         .await
         .expect("request input");
     store
+        .replica()
         .update_inputs(
             &alice,
             id,
@@ -366,6 +393,7 @@ async fn every_transition_is_in_the_history_and_goes_with_the_task() {
     assert!(c3.reclaimed);
     assert!(
         store
+            .worker()
             .finish(&c3.lease, &Finish::Completed(text_result("done")), None)
             .await
             .expect("finish")
@@ -405,12 +433,17 @@ async fn every_transition_is_in_the_history_and_goes_with_the_task() {
     // Another principal, another tenant: the same answer as an unknown id.
     for stranger in [Owner::new("acme", "bob"), Owner::new("evil", "alice")] {
         assert_eq!(
-            store.task_history(&stranger, id).await.expect("history"),
+            store
+                .console()
+                .task_history(&stranger, id)
+                .await
+                .expect("history"),
             Lookup::NotFound
         );
     }
     assert_eq!(
         store
+            .console()
             .task_history(&alice, TaskId::random())
             .await
             .expect("history"),
@@ -421,7 +454,11 @@ async fn every_transition_is_in_the_history_and_goes_with_the_task() {
     let cancelled = create(store, &alice, new_task("slow_compute", json!({})))
         .await
         .id;
-    store.cancel_task(&alice, cancelled).await.expect("cancel");
+    store
+        .replica()
+        .cancel_task(&alice, cancelled)
+        .await
+        .expect("cancel");
     let events = history(store, &alice, cancelled).await;
     assert_eq!(
         kinds(&events),
@@ -443,7 +480,7 @@ async fn every_transition_is_in_the_history_and_goes_with_the_task() {
     .await
     .id;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    while store.expire_overdue(100).await.expect("expire") > 0 {}
+    while store.worker().expire_overdue(100).await.expect("expire") > 0 {}
     let events = history(store, &alice, expiring).await;
     let last = events.last().expect("events");
     assert_eq!(
@@ -462,10 +499,14 @@ async fn every_transition_is_in_the_history_and_goes_with_the_task() {
         .execute(&db.pool)
         .await
         .expect("age the task");
-    assert_eq!(store.purge_expired(100).await.expect("purge"), 1);
+    assert_eq!(store.worker().purge_expired(100).await.expect("purge"), 1);
     assert_eq!(event_rows(&db, id).await, 0);
     assert_eq!(
-        store.task_history(&alice, id).await.expect("history"),
+        store
+            .console()
+            .task_history(&alice, id)
+            .await
+            .expect("history"),
         Lookup::Expired
     );
 }
@@ -479,6 +520,7 @@ async fn health_figures_move_with_claims_finishes_and_lapses() {
     let tools = ["slow_compute".to_owned()];
     let health = || async {
         store
+            .console()
             .console_health(&scope, Duration::from_secs(3600), 12)
             .await
             .expect("health")
@@ -494,6 +536,7 @@ async fn health_figures_move_with_claims_finishes_and_lapses() {
     )
     .await;
     store
+        .worker()
         .claim_tools("w-evil", 1, 60_000, &["other_tool".to_owned()])
         .await
         .expect("claim");
@@ -504,6 +547,7 @@ async fn health_figures_move_with_claims_finishes_and_lapses() {
     assert!(h.percentiles.is_empty() && h.lapses.total() == 0);
 
     let first = store
+        .worker()
         .claim_tools("w1", 1, 60_000, &tools)
         .await
         .expect("claim");
@@ -522,10 +566,15 @@ async fn health_figures_move_with_claims_finishes_and_lapses() {
     );
 
     // w2 is lost (its short lease runs out); w3 reclaims its task and takes the last one.
-    let lost = store.claim_tools("w2", 1, 50, &tools).await.expect("claim");
+    let lost = store
+        .worker()
+        .claim_tools("w2", 1, 50, &tools)
+        .await
+        .expect("claim");
     assert_eq!(lost.len(), 1);
     tokio::time::sleep(Duration::from_millis(120)).await;
     let rest = store
+        .worker()
         .claim_tools("w3", 10, 60_000, &tools)
         .await
         .expect("claim");
@@ -534,6 +583,7 @@ async fn health_figures_move_with_claims_finishes_and_lapses() {
     for c in std::iter::once(&first).chain(rest.iter()) {
         assert!(
             store
+                .worker()
                 .finish(&c.lease, &Finish::Completed(text_result("ok")), None)
                 .await
                 .expect("finish")
@@ -571,7 +621,7 @@ async fn console_queries_read_indexes_not_the_table_at_a_loaded_size() {
         .execute(&db.pool)
         .await
         .expect("clear");
-    insert(&db.pool, &rows).await;
+    insert(&db.store, &rows).await;
     sqlx::query(
         "INSERT INTO task_events (tenant, id, at, kind, worker, attempt, detail)
                  SELECT tenant, id, created_at, 'lease_lapsed', 'gone', 1, 'reclaimed'
@@ -593,7 +643,12 @@ async fn console_queries_read_indexes_not_the_table_at_a_loaded_size() {
         Scope::tenant("acme"),
         Scope::owner(&Owner::new("acme", "alice")),
     ] {
-        let plans = db.store.console_plans(&scope, tool).await.expect("plans");
+        let plans = db
+            .store
+            .console()
+            .console_plans(&scope, tool)
+            .await
+            .expect("plans");
         assert!(plans.len() >= 11);
         for plan in &plans {
             assert!(

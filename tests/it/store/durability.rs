@@ -33,7 +33,11 @@ async fn the_store_commits_synchronously_when_the_database_default_is_off() {
         .await
         .expect("connect");
     assert_eq!(
-        store.setting("synchronous_commit").await.expect("setting"),
+        store
+            .shared()
+            .setting("synchronous_commit")
+            .await
+            .expect("setting"),
         "on"
     );
     store.close().await;

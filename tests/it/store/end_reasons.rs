@@ -72,6 +72,7 @@ async fn ended_tasks_read_the_same_whether_the_row_has_a_reason_or_the_texts() {
     let cancelled = create(store, None, 3).await;
     assert_eq!(
         store
+            .replica()
             .cancel_task(&owner(), cancelled)
             .await
             .expect("cancel"),
@@ -80,17 +81,21 @@ async fn ended_tasks_read_the_same_whether_the_row_has_a_reason_or_the_texts() {
     // Past its ttlMs.
     let expired = create(store, Some(1), 3).await;
     eventually(Duration::from_secs(10), "the task to expire", || async {
-        (store.expire_overdue(100).await.expect("expire") == 1).then_some(())
+        (store.worker().expire_overdue(100).await.expect("expire") == 1).then_some(())
     })
     .await;
     // Its only worker lost.
     let lost = create(store, None, 1).await;
-    let claimed = store.claim("lost", 1, 60_000).await.expect("claim");
+    let claimed = store
+        .worker()
+        .claim("lost", 1, 60_000)
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].lease.id, lost);
     force_lapse(&db.pool, lost).await;
     assert_eq!(
-        store.rescue_lapsed(100).await.expect("rescue"),
+        store.worker().rescue_lapsed(100).await.expect("rescue"),
         RescueReport {
             failed: 1,
             cancelled: 0
@@ -151,6 +156,7 @@ async fn the_schema_refuses_a_reason_that_contradicts_the_row() {
     let store = &db.store;
     let cancelled = create(store, None, 3).await;
     store
+        .replica()
         .cancel_task(&owner(), cancelled)
         .await
         .expect("cancel");

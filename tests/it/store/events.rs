@@ -58,16 +58,22 @@ async fn listeners(db: &TestDb) -> i64 {
 /// Sends a NOTIFY the worker streams hear: a held task released.
 async fn release_one(store: &Store) {
     create(store).await;
-    let claimed = store.claim("w", 1, 60_000).await.expect("claim");
+    let claimed = store.worker().claim("w", 1, 60_000).await.expect("claim");
     assert_eq!(claimed.len(), 1, "nothing to claim");
-    assert!(store.release(&claimed[0].lease).await.expect("release"));
+    assert!(
+        store
+            .worker()
+            .release(&claimed[0].lease)
+            .await
+            .expect("release")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_typed_filtered_and_resynchronised_after_a_lost_connection() {
     let db = TestDb::new().await;
     let store = &db.store;
-    let mut all = store.events(
+    let mut all = store.shared().events(
         &[
             EventKind::Runnable,
             EventKind::CancelRequested,
@@ -75,7 +81,9 @@ async fn events_are_typed_filtered_and_resynchronised_after_a_lost_connection() 
         ],
         EventsConfig::default(),
     );
-    let mut changes = store.events(&[EventKind::Changed], EventsConfig::default());
+    let mut changes = store
+        .shared()
+        .events(&[EventKind::Changed], EventsConfig::default());
     // Connecting is the first gap: whatever happened before is unknown.
     assert_eq!(next(&mut all).await, Event::Resync);
     assert_eq!(next(&mut changes).await, Event::Resync);
@@ -83,13 +91,21 @@ async fn events_are_typed_filtered_and_resynchronised_after_a_lost_connection() 
 
     // A watched task changes, is asked to cancel while held, and is cancelled.
     let t1 = create(store).await;
-    store.watch(&[(owner(), t1)], 60_000).await.expect("watch");
-    let lease = store.claim("w", 1, 60_000).await.expect("claim")[0]
+    store
+        .replica()
+        .watch(&[(owner(), t1)], 60_000)
+        .await
+        .expect("watch");
+    let lease = store.worker().claim("w", 1, 60_000).await.expect("claim")[0]
         .lease
         .clone();
     let claimed = version(store, t1).await;
-    store.cancel_task(&owner(), t1).await.expect("cancel");
-    assert!(store.release(&lease).await.expect("release"));
+    store
+        .replica()
+        .cancel_task(&owner(), t1)
+        .await
+        .expect("cancel");
+    assert!(store.worker().release(&lease).await.expect("release"));
     let cancelled = version(store, t1).await;
     assert!(cancelled > claimed);
     // An unwatched task is released for another worker.
@@ -227,7 +243,7 @@ async fn a_silently_dead_connection_is_found_by_its_probe_and_replaced() {
     )
     .await
     .expect("connect through the relay");
-    let mut events = relayed.events(
+    let mut events = relayed.shared().events(
         &[EventKind::Runnable],
         EventsConfig {
             probe_every: Duration::from_millis(100),

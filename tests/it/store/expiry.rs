@@ -53,14 +53,14 @@ async fn expiry_and_retention() {
     .expect("expires_at");
     assert!(consistent, "expires_at is not created_at + ttl_ms: {r}");
     if started.elapsed() < Duration::from_millis(200) {
-        assert_eq!(store.expire_overdue(100).await.expect("expire"), 0);
+        assert_eq!(store.worker().expire_overdue(100).await.expect("expire"), 0);
         assert_eq!(found(store, &owner, id).await.status, TaskStatus::Working);
     }
 
     eventually(
         Duration::from_secs(10),
         "the task to expire",
-        || async move { (store.expire_overdue(100).await.expect("expire") == 1).then_some(()) },
+        || async move { (store.worker().expire_overdue(100).await.expect("expire") == 1).then_some(()) },
     )
     .await;
     let expired_at = Instant::now();
@@ -100,25 +100,26 @@ async fn expiry_and_retention() {
 
     // Not deleted before its retention is over.
     if expired_at.elapsed() < Duration::from_millis(250) {
-        assert_eq!(store.purge_expired(100).await.expect("purge"), 0);
+        assert_eq!(store.worker().purge_expired(100).await.expect("purge"), 0);
         assert_eq!(found(store, &owner, id).await.status, TaskStatus::Failed);
     }
     // Deleted after.
     eventually(
         Duration::from_secs(10),
         "the task to be purged",
-        || async move { (store.purge_expired(100).await.expect("purge") == 1).then_some(()) },
+        || async move { (store.worker().purge_expired(100).await.expect("purge") == 1).then_some(()) },
     )
     .await;
     assert_eq!(row(pool, id).await, Value::Null, "row not deleted");
 
     // The owner is told "expired"; nobody else can tell it ever existed.
     assert_eq!(
-        store.get_task(&owner, id).await.expect("get"),
+        store.replica().get_task(&owner, id).await.expect("get"),
         Lookup::Expired
     );
     assert_eq!(
         store
+            .replica()
             .get_task(&Owner::new("acme", "bob"), id)
             .await
             .expect("get"),
@@ -126,21 +127,31 @@ async fn expiry_and_retention() {
     );
     assert_eq!(
         store
+            .replica()
             .get_task(&Owner::new("other", "alice"), id)
             .await
             .expect("get"),
         Lookup::NotFound
     );
     assert_eq!(
-        store.get_task(&owner, TaskId::random()).await.expect("get"),
+        store
+            .replica()
+            .get_task(&owner, TaskId::random())
+            .await
+            .expect("get"),
         Lookup::NotFound
     );
     assert_eq!(
-        store.cancel_task(&owner, id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, id)
+            .await
+            .expect("cancel"),
         Lookup::Expired
     );
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &answers(&[("k", json!({}))]), validator)
             .await
             .expect("update"),
@@ -150,21 +161,32 @@ async fn expiry_and_retention() {
     // Young tombstones are kept; old ones are forgotten.
     assert_eq!(
         store
+            .worker()
             .purge_tombstones(600_000, 100)
             .await
             .expect("tombstones"),
         0
     );
     assert_eq!(
-        store.get_task(&owner, id).await.expect("get"),
+        store.replica().get_task(&owner, id).await.expect("get"),
         Lookup::Expired
     );
-    eventually(Duration::from_secs(10), "the tombstone to go", || async move {
-        (store.purge_tombstones(0, 100).await.expect("tombstones") == 1).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the tombstone to go",
+        || async move {
+            (store
+                .worker()
+                .purge_tombstones(0, 100)
+                .await
+                .expect("tombstones")
+                == 1)
+                .then_some(())
+        },
+    )
     .await;
     assert_eq!(
-        store.get_task(&owner, id).await.expect("get"),
+        store.replica().get_task(&owner, id).await.expect("get"),
         Lookup::NotFound
     );
 
@@ -182,6 +204,7 @@ async fn expiry_and_retention() {
     let c = claim_id(store, "W", 60_000, short.id).await;
     assert!(
         store
+            .worker()
             .finish(&c.lease, &Finish::Completed(text_result("kept")), None)
             .await
             .expect("finish")
@@ -194,7 +217,11 @@ async fn expiry_and_retention() {
         rec.ttl_ms
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let report = store.maintain(100, 600_000).await.expect("maintain");
+    let report = store
+        .worker()
+        .maintain(100, 600_000)
+        .await
+        .expect("maintain");
     if finished_at.elapsed() < Duration::from_millis(950) {
         assert_eq!(report, MaintenanceReport::default());
         let rec = found(store, &owner, short.id).await;
@@ -205,11 +232,15 @@ async fn expiry_and_retention() {
     eventually(
         Duration::from_secs(10),
         "the completed task to be purged",
-        || async move { (store.purge_expired(100).await.expect("purge") == 1).then_some(()) },
+        || async move { (store.worker().purge_expired(100).await.expect("purge") == 1).then_some(()) },
     )
     .await;
     assert_eq!(
-        store.get_task(&owner, short.id).await.expect("get"),
+        store
+            .replica()
+            .get_task(&owner, short.id)
+            .await
+            .expect("get"),
         Lookup::Expired
     );
 
@@ -228,7 +259,7 @@ async fn expiry_and_retention() {
     eventually(
         Duration::from_secs(10),
         "the held task to expire",
-        || async move { (store.expire_overdue(100).await.expect("expire") == 1).then_some(()) },
+        || async move { (store.worker().expire_overdue(100).await.expect("expire") == 1).then_some(()) },
     )
     .await;
     let rec = found(store, &owner, held.id).await;
@@ -236,9 +267,10 @@ async fn expiry_and_retention() {
     assert_eq!(rec.status_message.as_deref(), Some("Task has expired"));
     assert_eq!(rec.lease_owner, None);
     let before = row(pool, held.id).await;
-    assert!(!store.holds(&held_lease).await.expect("holds"));
+    assert!(!store.worker().holds(&held_lease).await.expect("holds"));
     assert!(
         store
+            .worker()
             .heartbeat(std::slice::from_ref(&held_lease), 60_000)
             .await
             .expect("heartbeat")
@@ -246,6 +278,7 @@ async fn expiry_and_retention() {
     );
     assert!(
         !store
+            .worker()
             .finish(
                 &held_lease,
                 &Finish::Completed(text_result("too late")),
@@ -267,6 +300,7 @@ async fn expiry_and_retention() {
     assert_eq!(row(pool, forever.id).await["expires_at"], Value::Null);
     assert!(
         store
+            .worker()
             .finish(
                 &forever_lease,
                 &Finish::Completed(text_result("done")),
@@ -279,7 +313,11 @@ async fn expiry_and_retention() {
     assert_eq!(rec.status, TaskStatus::Completed);
     assert_eq!(rec.ttl_ms, None, "finishing gave an unlimited task a ttl");
     assert_eq!(row(pool, forever.id).await["expires_at"], Value::Null);
-    let report = store.maintain(100, 600_000).await.expect("maintain");
+    let report = store
+        .worker()
+        .maintain(100, 600_000)
+        .await
+        .expect("maintain");
     assert_eq!((report.expired, report.deleted), (0, 0), "{report:?}");
     assert_eq!(
         found(store, &owner, forever.id).await.status,

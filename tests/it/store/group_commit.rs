@@ -61,6 +61,7 @@ fn tenant(i: usize) -> Owner {
 async fn a_poisoned_create_fails_alone_and_its_batch_commits() {
     let db = TestDb::new().await;
     let store = &db.store;
+    let replica = store.replica();
 
     // A transaction holding the table: the first create's batch waits behind it, and
     // everything sent meanwhile goes into the next batch, together.
@@ -70,7 +71,7 @@ async fn a_poisoned_create_fails_alone_and_its_batch_commits() {
         .await
         .expect("lock table");
     let gate_owner = tenant(999);
-    let gate_create = store.create(&gate_owner, new_task("echo", json!({})), None);
+    let gate_create = replica.create(&gate_owner, new_task("echo", json!({})), None);
     tokio::pin!(gate_create);
     assert!(futures::poll!(&mut gate_create).is_pending());
     lock_waiters(&db.pool, 1).await;
@@ -87,12 +88,12 @@ async fn a_poisoned_create_fails_alone_and_its_batch_commits() {
         ..new_task("echo", json!({ "poison": "overflow" }))
     };
     let owners: Vec<Owner> = (0..102).map(tenant).collect();
-    let good = |i: usize| store.create(&owners[i], new_task("echo", json!({ "i": i })), None);
+    let good = |i: usize| replica.create(&owners[i], new_task("echo", json!({ "i": i })), None);
     let rest = async {
         tokio::join!(
             join_all((0..25).map(good)),
-            store.create(&owners[100], nul, None),
-            store.create(&owners[101], overflow, None),
+            replica.create(&owners[100], nul, None),
+            replica.create(&owners[101], overflow, None),
             join_all((25..50).map(good)),
         )
     };
@@ -134,7 +135,11 @@ async fn claimed(db: &TestDb, store: &Store, n: usize) -> Vec<Lease> {
             .id;
         ids.push(id);
     }
-    let claimed = store.claim("W", n as i64, 600_000).await.expect("claim");
+    let claimed = store
+        .worker()
+        .claim("W", n as i64, 600_000)
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), n);
     ids.iter()
         .map(|id| {
@@ -160,6 +165,7 @@ async fn lock_row(tx: &mut sqlx::PgConnection, id: TaskId) {
 async fn a_poisoned_finish_fails_alone_and_its_batch_commits() {
     let db = TestDb::new().await;
     let store = impatient_store(&db).await;
+    let worker = store.worker();
     let owner = super::alice();
     // The gate, 50 good finishes, one whose row another transaction holds (it can only
     // time out), one whose result has a NUL, and one whose result is too large.
@@ -175,17 +181,17 @@ async fn a_poisoned_finish_fails_alone_and_its_batch_commits() {
     let ok = Finish::Completed(text_result("done"));
     let with_nul = Finish::Completed(text_result("a\u{0}b"));
     let too_big = Finish::Completed(text_result(&"x".repeat(MAX_RESULT_BYTES)));
-    let first = store.finish(gate, &ok, Some("Completed"));
+    let first = worker.finish(gate, &ok, Some("Completed"));
     tokio::pin!(first);
     assert!(futures::poll!(&mut first).is_pending());
     lock_waiters(&db.pool, 1).await;
     let rest = async {
         tokio::join!(
-            join_all(goods[..25].iter().map(|l| store.finish(l, &ok, None))),
-            store.finish(locked, &ok, None),
-            store.finish(nul, &with_nul, None),
-            store.finish(big, &too_big, None),
-            join_all(goods[25..].iter().map(|l| store.finish(l, &ok, None))),
+            join_all(goods[..25].iter().map(|l| worker.finish(l, &ok, None))),
+            worker.finish(locked, &ok, None),
+            worker.finish(nul, &with_nul, None),
+            worker.finish(big, &too_big, None),
+            join_all(goods[25..].iter().map(|l| worker.finish(l, &ok, None))),
         )
     };
     tokio::pin!(rest);
@@ -243,6 +249,7 @@ async fn nul_is_refused_wherever_it_would_be_stored() {
     refused(
         "arguments",
         store
+            .replica()
             .create(&owner, new_task("echo", nul.clone()), None)
             .await,
     );
@@ -251,6 +258,7 @@ async fn nul_is_refused_wherever_it_would_be_stored() {
     refused(
         "input responses",
         store
+            .replica()
             .create(
                 &owner,
                 NewTask {
@@ -264,6 +272,7 @@ async fn nul_is_refused_wherever_it_would_be_stored() {
     refused(
         "status message",
         store
+            .replica()
             .create(
                 &owner,
                 NewTask {
@@ -278,10 +287,11 @@ async fn nul_is_refused_wherever_it_would_be_stored() {
 
     // A worker's writes: checkpoints, input requests and status messages.
     let task = create(store, &owner, new_task("echo", json!({}))).await;
-    let claim = store.claim("W", 1, 60_000).await.expect("claim");
+    let claim = store.worker().claim("W", 1, 60_000).await.expect("claim");
     let lease = &claim[0].lease;
     assert_eq!(lease.id, task.id);
     let e = store
+        .worker()
         .save_checkpoint(lease, &nul)
         .await
         .expect_err("checkpoint");
@@ -289,17 +299,19 @@ async fn nul_is_refused_wherever_it_would_be_stored() {
     let requests: serde_json::Map<String, Value> =
         [("ask".to_owned(), nul.clone())].into_iter().collect();
     let e = store
+        .worker()
         .request_input(lease, &requests, None, None)
         .await
         .expect_err("input request");
     assert!(e.refusal().is_some(), "{e}");
     let e = store
+        .worker()
         .set_status_message(lease, "a\u{0}")
         .await
         .expect_err("status");
     assert!(e.refusal().is_some(), "{e}");
     // None of it reached the row, and the lease still works.
-    assert!(store.holds(lease).await.expect("holds"));
+    assert!(store.worker().holds(lease).await.expect("holds"));
     assert_eq!(found(store, &owner, task.id).await.checkpoint, None);
 }
 
@@ -307,6 +319,7 @@ async fn nul_is_refused_wherever_it_would_be_stored() {
 async fn a_create_whose_caller_has_gone_is_not_inserted() {
     let db = TestDb::new().await;
     let store = &db.store;
+    let replica = store.replica();
     let owner = super::alice();
 
     let mut gate = db.pool.begin().await.expect("begin");
@@ -314,14 +327,14 @@ async fn a_create_whose_caller_has_gone_is_not_inserted() {
         .execute(&mut *gate)
         .await
         .expect("lock table");
-    let first = store.create(&owner, new_task("echo", json!({ "who": "first" })), None);
+    let first = replica.create(&owner, new_task("echo", json!({ "who": "first" })), None);
     let gone = async {
         lock_waiters(&db.pool, 1).await;
         // The caller gives up (its client disconnected) while its create waits for the
         // next batch.
         let abandoned = tokio::time::timeout(
             Duration::from_millis(200),
-            store.create(&owner, new_task("echo", json!({ "who": "gone" })), None),
+            replica.create(&owner, new_task("echo", json!({ "who": "gone" })), None),
         )
         .await;
         assert!(abandoned.is_err(), "the create finished behind the lock");

@@ -1,4 +1,4 @@
-//! Input asked for while the run keeps its lease (`Store::ask_held`): the task shows
+//! Input asked for while the run keeps its lease (`WorkerStore::ask_held`): the task shows
 //! `input_required` and stays leased, heartbeats go on, nobody else can claim it, the
 //! answer makes it `working` but not runnable, and the run reads the answer. A lapsed
 //! lease of such a task is reclaimed with the request gone; a cancellation finishes it.
@@ -31,6 +31,7 @@ async fn a_held_request_keeps_the_lease_until_answered() {
     let c = claim_id(store, "W1", 60_000, id).await;
 
     let asked = store
+        .worker()
         .ask_held(
             &c.lease,
             &[("name".into(), name_request())],
@@ -47,18 +48,21 @@ async fn a_held_request_keeps_the_lease_until_answered() {
     // Nobody else can take it, and its heartbeat still holds it.
     assert!(
         store
+            .worker()
             .claim("W2", 10, 60_000)
             .await
             .expect("claim")
             .is_empty()
     );
     let beats = store
+        .worker()
         .heartbeat(std::slice::from_ref(&c.lease), 60_000)
         .await
         .expect("heartbeat");
     assert_eq!(beats.len(), 1, "the heartbeat kept the lease");
     assert_eq!(
         store
+            .worker()
             .held_answers(&c.lease, &["name".into()])
             .await
             .expect("read"),
@@ -68,6 +72,7 @@ async fn a_held_request_keeps_the_lease_until_answered() {
     // The answer (any replica) makes it working again, still leased, not runnable.
     let answer = json!({"action": "accept", "content": {"name": "Ada"}});
     let applied = store
+        .replica()
         .update_inputs(&owner, id, &answers(&[("name", answer.clone())]), validator)
         .await
         .expect("update_inputs");
@@ -85,6 +90,7 @@ async fn a_held_request_keeps_the_lease_until_answered() {
     assert_eq!(row(pool, id).await["run_after"], Value::Null);
     assert!(
         store
+            .worker()
             .claim("W2", 10, 60_000)
             .await
             .expect("claim")
@@ -92,6 +98,7 @@ async fn a_held_request_keeps_the_lease_until_answered() {
     );
     assert_eq!(
         store
+            .worker()
             .held_answers(&c.lease, &["name".into()])
             .await
             .expect("read"),
@@ -100,11 +107,13 @@ async fn a_held_request_keeps_the_lease_until_answered() {
 
     // Asking again under a used key gets a fresh one; the run finishes as usual.
     let asked = store
+        .worker()
         .ask_held(&c.lease, &[("name".into(), name_request())], None)
         .await
         .expect("ask_held");
     assert_eq!(asked, HeldAsk::Asked(vec!["name-2".into()]));
     let done = store
+        .worker()
         .finish(&c.lease, &Finish::Completed(text_result("hello Ada")), None)
         .await
         .expect("finish");
@@ -125,6 +134,7 @@ async fn a_lapsed_held_request_dies_with_its_run() {
         .id;
     let c = claim_id(store, "W1", 200, id).await;
     let asked = store
+        .worker()
         .ask_held(&c.lease, &[("name".into(), name_request())], None)
         .await
         .expect("ask_held");
@@ -134,7 +144,7 @@ async fn a_lapsed_held_request_dies_with_its_run() {
     let reclaimed = crate::harness::eventually(
         std::time::Duration::from_secs(10),
         "the lapsed lease reclaimed",
-        || async { store.claim("W2", 1, 60_000).await.ok()?.pop() },
+        || async { store.worker().claim("W2", 1, 60_000).await.ok()?.pop() },
     )
     .await;
     assert!(reclaimed.reclaimed, "{reclaimed:?}");
@@ -142,6 +152,7 @@ async fn a_lapsed_held_request_dies_with_its_run() {
     assert_eq!(reclaimed.task.input_requests, None);
     assert_eq!(
         store
+            .worker()
             .held_answers(&c.lease, &["name".into()])
             .await
             .expect("read"),
@@ -150,6 +161,7 @@ async fn a_lapsed_held_request_dies_with_its_run() {
     );
     // Its key stays used: a late answer is ignored.
     let late = store
+        .replica()
         .update_inputs(
             &owner,
             id,
@@ -160,6 +172,7 @@ async fn a_lapsed_held_request_dies_with_its_run() {
         .expect("update_inputs");
     assert_eq!(late, Lookup::Found(Ok(UpdateOutcome::Ignored)));
     let asked = store
+        .worker()
         .ask_held(&reclaimed.lease, &[("name".into(), name_request())], None)
         .await
         .expect("ask_held");
@@ -176,18 +189,25 @@ async fn cancelling_a_held_request_reaches_its_run() {
         .id;
     let c = claim_id(store, "W1", 60_000, id).await;
     store
+        .worker()
         .ask_held(&c.lease, &[("name".into(), name_request())], None)
         .await
         .expect("ask_held");
-    let cancel = store.cancel_task(&owner, id).await.expect("cancel");
+    let cancel = store
+        .replica()
+        .cancel_task(&owner, id)
+        .await
+        .expect("cancel");
     assert_eq!(cancel, Lookup::Found(CancelOutcome::Requested));
     let beats = store
+        .worker()
         .heartbeat(std::slice::from_ref(&c.lease), 60_000)
         .await
         .expect("heartbeat");
     assert!(beats[0].cancel_requested, "the heartbeat tells the run");
     assert!(
         store
+            .worker()
             .finish(&c.lease, &Finish::Cancelled, None)
             .await
             .expect("finish")

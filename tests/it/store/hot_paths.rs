@@ -15,8 +15,9 @@ use crate::harness::TestDb;
 use crate::harness::fixtures::{create, found, new_task, row};
 
 async fn creates(store: &Store, owner: &Owner, n: usize, limit: Option<i64>) -> Vec<Created> {
+    let replica = store.replica();
     join_all((0..n).map(|i| {
-        store.create(
+        replica.create(
             owner,
             new_task("slow_compute", json!({ "seconds": 0, "n": i })),
             limit,
@@ -117,7 +118,7 @@ async fn a_locked_row_does_not_hold_up_the_heartbeat_of_the_others() {
         )
         .await;
     }
-    let claimed = store.claim("W", 10, 20_000).await.expect("claim");
+    let claimed = store.worker().claim("W", 10, 20_000).await.expect("claim");
     assert_eq!(claimed.len(), 3);
     let leases: Vec<_> = claimed.iter().map(|c| c.lease.clone()).collect();
     let busy = leases[0].id;
@@ -133,10 +134,13 @@ async fn a_locked_row_does_not_hold_up_the_heartbeat_of_the_others() {
 
     // Without SKIP LOCKED this waits for the other transaction, which never ends here;
     // the timeout only turns that hang into a failure.
-    let replies = tokio::time::timeout(Duration::from_secs(20), store.heartbeat(&leases, 600_000))
-        .await
-        .expect("the heartbeat waited for the locked row")
-        .expect("heartbeat");
+    let replies = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.worker().heartbeat(&leases, 600_000),
+    )
+    .await
+    .expect("the heartbeat waited for the locked row")
+    .expect("heartbeat");
     // Every lease is still held (the busy one included: its token is current) ...
     let mut held: Vec<_> = replies.iter().map(|r| r.id).collect();
     held.sort();
@@ -156,7 +160,11 @@ async fn a_locked_row_does_not_hold_up_the_heartbeat_of_the_others() {
     assert_eq!(row(pool, busy).await, before);
     tx.rollback().await.expect("rollback");
 
-    let replies = store.heartbeat(&leases, 600_000).await.expect("heartbeat");
+    let replies = store
+        .worker()
+        .heartbeat(&leases, 600_000)
+        .await
+        .expect("heartbeat");
     assert_eq!(replies.len(), 3);
     let t = found(store, &owner, busy).await;
     assert!(
@@ -183,7 +191,7 @@ async fn a_task_past_its_ttl_is_not_started() {
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
 
-    let claimed = store.claim("W", 10, 60_000).await.expect("claim");
+    let claimed = store.worker().claim("W", 10, 60_000).await.expect("claim");
     let ids: Vec<_> = claimed.iter().map(|c| c.lease.id).collect();
     assert_eq!(
         ids,
@@ -192,7 +200,7 @@ async fn a_task_past_its_ttl_is_not_started() {
     );
     assert_eq!(found(store, &owner, doomed.id).await.attempt, 0);
     // Maintenance then fails it as expired.
-    assert_eq!(store.expire_overdue(100).await.expect("expire"), 1);
+    assert_eq!(store.worker().expire_overdue(100).await.expect("expire"), 1);
     let t = found(store, &owner, doomed.id).await;
     assert_eq!(t.status, mcp_tasks_wire::TaskStatus::Failed);
 }
@@ -201,6 +209,7 @@ async fn a_task_past_its_ttl_is_not_started() {
 async fn finishes_that_arrive_together_each_land_once() {
     let db = TestDb::new().await;
     let store = &db.store;
+    let worker = store.worker();
     let owner = super::alice();
     for _ in 0..40 {
         create(
@@ -210,7 +219,7 @@ async fn finishes_that_arrive_together_each_land_once() {
         )
         .await;
     }
-    let claimed = store.claim("W", 100, 60_000).await.expect("claim");
+    let claimed = worker.claim("W", 100, 60_000).await.expect("claim");
     assert_eq!(claimed.len(), 40);
     // Every lease finished twice at once, and a stale token once: each lands exactly once.
     let stale = mcp_tasks_store::Lease {
@@ -222,7 +231,7 @@ async fn finishes_that_arrive_together_each_land_once() {
     all.extend(claimed.iter().map(|c| c.lease.clone()));
     let results = join_all(
         all.iter()
-            .map(|l| store.finish(l, &finish, Some("Completed"))),
+            .map(|l| worker.finish(l, &finish, Some("Completed"))),
     )
     .await;
     let landed = results
@@ -230,7 +239,7 @@ async fn finishes_that_arrive_together_each_land_once() {
         .filter(|r| *r.as_ref().expect("finish"))
         .count();
     assert_eq!(landed, 40);
-    assert!(!store.finish(&stale, &finish, None).await.expect("finish"));
+    assert!(!worker.finish(&stale, &finish, None).await.expect("finish"));
     for c in &claimed {
         let t = found(store, &owner, c.lease.id).await;
         assert_eq!(t.status, mcp_tasks_wire::TaskStatus::Completed);
@@ -255,6 +264,7 @@ async fn the_task_table_is_analysed_when_it_has_none_or_stale_statistics() {
             let store = store.clone();
             async move {
                 store
+                    .worker()
                     .analyze_if_stale(min_rows, 0)
                     .await
                     .expect("check")
@@ -268,6 +278,7 @@ async fn the_task_table_is_analysed_when_it_has_none_or_stale_statistics() {
     // second or so, and only rises).
     assert!(
         !db.store
+            .worker()
             .analyze_if_stale(1_000_000, 0)
             .await
             .expect("check")
@@ -276,16 +287,34 @@ async fn the_task_table_is_analysed_when_it_has_none_or_stale_statistics() {
     analysed_when(10, "the first statistics of the task table").await;
     assert_eq!(analyses().await, 1);
     // Fresh: nothing changed since.
-    assert!(!db.store.analyze_if_stale(10, 0).await.expect("check"));
+    assert!(
+        !db.store
+            .worker()
+            .analyze_if_stale(10, 0)
+            .await
+            .expect("check")
+    );
 
     // More rows change than the planner believes the table holds (20): stale, but not
     // within the gap of the last ANALYZE.
     creates(&db.store, &owner, 50, None).await;
-    assert!(!db.store.analyze_if_stale(10, 600_000).await.expect("check"));
+    assert!(
+        !db.store
+            .worker()
+            .analyze_if_stale(10, 600_000)
+            .await
+            .expect("check")
+    );
     assert_eq!(analyses().await, 1);
     analysed_when(10, "new statistics of the changed table").await;
     assert_eq!(analyses().await, 2);
     // A change smaller than the table is not staleness.
     creates(&db.store, &owner, 5, None).await;
-    assert!(!db.store.analyze_if_stale(1, 0).await.expect("check"));
+    assert!(
+        !db.store
+            .worker()
+            .analyze_if_stale(1, 0)
+            .await
+            .expect("check")
+    );
 }

@@ -25,6 +25,7 @@ async fn input_keys() {
         .into_map();
     assert_eq!(
         store
+            .worker()
             .request_input(
                 &c.lease,
                 &requests,
@@ -47,6 +48,7 @@ async fn input_keys() {
     assert_eq!(row(pool, id).await["run_after"], Value::Null);
     assert!(
         store
+            .worker()
             .claim("W", 10, 60_000)
             .await
             .expect("claim")
@@ -56,6 +58,7 @@ async fn input_keys() {
     // The old lease is gone.
     assert!(
         !store
+            .worker()
             .set_status_message(&c.lease, "x")
             .await
             .expect("status")
@@ -69,6 +72,7 @@ async fn input_keys() {
     // All or nothing: one invalid answer rejects the whole update.
     let before = row(pool, id).await;
     match store
+        .replica()
         .update_inputs(
             &owner,
             id,
@@ -90,6 +94,7 @@ async fn input_keys() {
     // One of two keys answered: still waiting for the other.
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &answers(&[("a", valid_a.clone())]), validator)
             .await
             .expect("update"),
@@ -112,6 +117,7 @@ async fn input_keys() {
     assert!(rec.version > task.version);
     assert!(
         store
+            .worker()
             .claim("W", 10, 60_000)
             .await
             .expect("claim")
@@ -122,6 +128,7 @@ async fn input_keys() {
     let before = row(pool, id).await;
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &answers(&[("a", other_a.clone())]), validator)
             .await
             .expect("update"),
@@ -135,6 +142,7 @@ async fn input_keys() {
     );
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &answers(&[("zzz", json!(42))]), validator)
             .await
             .expect("update"),
@@ -144,6 +152,7 @@ async fn input_keys() {
 
     // An invalid answer for the outstanding key is an error and changes nothing.
     match store
+        .replica()
         .update_inputs(&owner, id, &answers(&[("b", invalid_b.clone())]), validator)
         .await
         .expect("update")
@@ -159,6 +168,7 @@ async fn input_keys() {
     // The last answer resumes the task.
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &answers(&[("b", valid_b.clone())]), validator)
             .await
             .expect("update"),
@@ -194,6 +204,7 @@ async fn input_keys() {
     let before = row(pool, id).await;
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &answers(&[("b", valid_b.clone())]), validator)
             .await
             .expect("update"),
@@ -209,6 +220,7 @@ async fn input_keys() {
     let before = row(pool, id).await;
     assert_eq!(
         store
+            .worker()
             .request_input(&c2.lease, &reuse, Some("again"), Some(&json!({"step": 2})))
             .await
             .expect("request_input"),
@@ -222,7 +234,11 @@ async fn input_keys() {
 
     // With cancellation requested, a new input request is refused so the run can end.
     assert_eq!(
-        store.cancel_task(&owner, id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
     let before = row(pool, id).await;
@@ -231,13 +247,14 @@ async fn input_keys() {
         .into_map();
     assert_eq!(
         store
+            .worker()
             .request_input(&c2.lease, &fresh, Some("again"), None)
             .await
             .expect("request_input"),
         InputOutcome::CancelRequested
     );
     assert_eq!(row(pool, id).await, before);
-    assert!(store.holds(&c2.lease).await.expect("holds"));
+    assert!(store.worker().holds(&c2.lease).await.expect("holds"));
 }
 
 /// A client call that changes nothing must not leave the task locked after it returns.
@@ -272,7 +289,7 @@ async fn no_op_client_calls_release_their_row_lock() {
             .expect("connect");
         // The task is working, so nothing is outstanding: the update is a no-op.
         let outcome = runtime
-            .block_on(store.update_inputs(
+            .block_on(store.replica().update_inputs(
                 &caller,
                 id,
                 &answers(&[("k", json!({"action": "decline"}))]),
@@ -286,7 +303,12 @@ async fn no_op_client_calls_release_their_row_lock() {
     assert_eq!(outcome, Lookup::Found(Ok(UpdateOutcome::Ignored)));
 
     // The call has returned; the task must be claimable.
-    let claimed = db.store.claim("W", 1, 60_000).await.expect("claim");
+    let claimed = db
+        .store
+        .worker()
+        .claim("W", 1, 60_000)
+        .await
+        .expect("claim");
     let locks: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
          WHERE l.locktype = 'transactionid' AND a.state = 'idle in transaction'

@@ -42,21 +42,24 @@ async fn cross_owner_isolation() {
             owner: other.clone(),
             ..c.lease.clone()
         };
-        assert!(!store.holds(&forged).await.expect("holds"));
+        assert!(!store.worker().holds(&forged).await.expect("holds"));
         assert!(
             !store
+                .worker()
                 .set_status_message(&forged, "forged")
                 .await
                 .expect("status")
         );
         assert!(
             !store
+                .worker()
                 .save_checkpoint(&forged, &json!(1))
                 .await
                 .expect("checkpoint")
         );
         assert!(
             store
+                .worker()
                 .heartbeat(std::slice::from_ref(&forged), 60_000)
                 .await
                 .expect("heartbeat")
@@ -64,13 +67,15 @@ async fn cross_owner_isolation() {
         );
         assert!(
             !store
+                .worker()
                 .finish(&forged, &Finish::Completed(text_result("forged")), None)
                 .await
                 .expect("finish")
         );
-        assert!(!store.release(&forged).await.expect("release"));
+        assert!(!store.worker().release(&forged).await.expect("release"));
         assert_eq!(
             store
+                .worker()
                 .request_input(
                     &forged,
                     &InputRequests::new()
@@ -96,6 +101,7 @@ async fn cross_owner_isolation() {
         .into_map();
     assert_eq!(
         store
+            .worker()
             .request_input(&c.lease, &requests, Some("Waiting for input"), None)
             .await
             .expect("request_input"),
@@ -108,12 +114,13 @@ async fn cross_owner_isolation() {
     let before = row(pool, id).await;
     for other in &strangers {
         assert_eq!(
-            store.get_task(other, id).await.expect("get"),
+            store.replica().get_task(other, id).await.expect("get"),
             Lookup::NotFound,
             "{other:?}"
         );
         assert_eq!(
             store
+                .replica()
                 .update_inputs(other, id, &yes, validator)
                 .await
                 .expect("update"),
@@ -121,7 +128,11 @@ async fn cross_owner_isolation() {
             "{other:?}"
         );
         assert_eq!(
-            store.cancel_task(other, id).await.expect("cancel"),
+            store
+                .replica()
+                .cancel_task(other, id)
+                .await
+                .expect("cancel"),
             Lookup::NotFound,
             "{other:?}"
         );
@@ -131,6 +142,7 @@ async fn cross_owner_isolation() {
     // The same calls by the owner do work.
     assert_eq!(
         store
+            .replica()
             .update_inputs(&owner, id, &yes, validator)
             .await
             .expect("update"),
@@ -144,13 +156,21 @@ async fn cross_owner_isolation() {
     let before = row(pool, id).await;
     for other in &strangers {
         assert_eq!(
-            store.cancel_task(other, id).await.expect("cancel"),
+            store
+                .replica()
+                .cancel_task(other, id)
+                .await
+                .expect("cancel"),
             Lookup::NotFound
         );
     }
     assert_eq!(row(pool, id).await, before);
     assert_eq!(
-        store.cancel_task(&owner, id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
 }

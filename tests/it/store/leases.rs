@@ -39,9 +39,10 @@ async fn lease_race_finalizes_once() {
     assert_eq!(a.task.attempt, 1);
     assert_eq!(a.task.lease_owner.as_deref(), Some("A"));
     // While A holds the lease its writes land (so the refusals below mean something).
-    assert!(store.holds(&a.lease).await.expect("holds"));
+    assert!(store.worker().holds(&a.lease).await.expect("holds"));
     assert!(
         store
+            .worker()
             .set_status_message(&a.lease, "A at work")
             .await
             .expect("status")
@@ -49,12 +50,14 @@ async fn lease_race_finalizes_once() {
     // An unchanged message writes nothing but is not mistaken for a lost lease.
     assert!(
         store
+            .worker()
             .set_status_message(&a.lease, "A at work")
             .await
             .expect("status")
     );
     assert!(
         store
+            .worker()
             .save_checkpoint(&a.lease, &json!({"by": "A"}))
             .await
             .expect("checkpoint")
@@ -63,9 +66,10 @@ async fn lease_race_finalizes_once() {
     // A's lease lapses. Nobody has claimed since, so A's token is still the only one: its
     // writes land (after a database outage longer than the lease, the run goes on).
     force_lapse(pool, id).await;
-    assert!(store.holds(&a.lease).await.expect("holds"));
+    assert!(store.worker().holds(&a.lease).await.expect("holds"));
     assert!(
         store
+            .worker()
             .set_status_message(&a.lease, "A after lapse")
             .await
             .expect("status")
@@ -92,6 +96,7 @@ async fn lease_race_finalizes_once() {
     let held_by_b = row(pool, id).await;
     assert!(
         !store
+            .worker()
             .set_status_message(&a.lease, "A zombie")
             .await
             .expect("status")
@@ -103,6 +108,7 @@ async fn lease_race_finalizes_once() {
     );
     assert!(
         !store
+            .worker()
             .save_checkpoint(&a.lease, &json!({"by": "A zombie"}))
             .await
             .expect("checkpoint")
@@ -117,6 +123,7 @@ async fn lease_race_finalizes_once() {
         .into_map();
     assert_eq!(
         store
+            .worker()
             .request_input(
                 &a.lease,
                 &requests,
@@ -135,6 +142,7 @@ async fn lease_race_finalizes_once() {
     ] {
         assert!(
             !store
+                .worker()
                 .finish(&a.lease, &finish, Some("A done"))
                 .await
                 .expect("finish"),
@@ -146,10 +154,11 @@ async fn lease_race_finalizes_once() {
             "stale finish {finish:?} wrote"
         );
     }
-    assert!(!store.release(&a.lease).await.expect("release"));
+    assert!(!store.worker().release(&a.lease).await.expect("release"));
     assert_eq!(row(pool, id).await, held_by_b, "stale release wrote");
     assert!(
         store
+            .worker()
             .heartbeat(std::slice::from_ref(&a.lease), 60_000)
             .await
             .expect("heartbeat")
@@ -157,12 +166,13 @@ async fn lease_race_finalizes_once() {
         "a stale lease was extended"
     );
     assert_eq!(row(pool, id).await, held_by_b, "stale heartbeat wrote");
-    assert!(store.holds(&b.lease).await.expect("holds"));
+    assert!(store.worker().holds(&b.lease).await.expect("holds"));
 
     // B finishes; A still cannot.
     let result_b = text_result("by B");
     assert!(
         store
+            .worker()
             .finish(&b.lease, &Finish::Completed(result_b.clone()), None)
             .await
             .expect("finish")
@@ -170,6 +180,7 @@ async fn lease_race_finalizes_once() {
     let done = row(pool, id).await;
     assert!(
         !store
+            .worker()
             .finish(&a.lease, &Finish::Completed(text_result("by A")), None)
             .await
             .expect("finish")
@@ -193,6 +204,7 @@ async fn lease_race_finalizes_once() {
     // Terminal is final, for B too.
     assert!(
         !store
+            .worker()
             .finish(
                 &b.lease,
                 &Finish::Completed(text_result("by B again")),
@@ -203,6 +215,7 @@ async fn lease_race_finalizes_once() {
     );
     assert!(
         !store
+            .worker()
             .finish(
                 &b.lease,
                 &Finish::Failed(ErrorObject::new(-32603, "late")),
@@ -211,15 +224,17 @@ async fn lease_race_finalizes_once() {
             .await
             .expect("finish")
     );
-    assert!(!store.release(&b.lease).await.expect("release"));
+    assert!(!store.worker().release(&b.lease).await.expect("release"));
     assert!(
         !store
+            .worker()
             .set_status_message(&b.lease, "B after finish")
             .await
             .expect("status")
     );
     assert!(
         store
+            .worker()
             .heartbeat(std::slice::from_ref(&b.lease), 60_000)
             .await
             .expect("heartbeat")
@@ -228,6 +243,7 @@ async fn lease_race_finalizes_once() {
     assert_eq!(row(pool, id).await, done, "a finished task changed");
     assert!(
         store
+            .worker()
             .claim("C", 10, 60_000)
             .await
             .expect("claim")
@@ -257,6 +273,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     let before = found(store, &owner, t1.id).await;
     let old_expiry = before.lease_expires_at.expect("leased");
     let replies = store
+        .worker()
         .heartbeat(std::slice::from_ref(&c1.lease), 60_000)
         .await
         .expect("heartbeat");
@@ -294,6 +311,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
         ..c1.lease.clone()
     };
     let replies = store
+        .worker()
         .heartbeat(&[wrong_token, c1.lease.clone(), wrong_owner], 60_000)
         .await
         .expect("heartbeat");
@@ -304,6 +322,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     force_lapse(pool, t1.id).await;
     assert_eq!(
         store
+            .worker()
             .heartbeat(std::slice::from_ref(&c1.lease), 60_000)
             .await
             .expect("heartbeat")
@@ -321,7 +340,11 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     force_lapse(pool, t1.id).await;
     // A lapsed lease counts as not held: cancellation takes effect at once.
     assert_eq!(
-        store.cancel_task(&owner, t1.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t1.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Cancelled)
     );
     let rec = found(store, &owner, t1.id).await;
@@ -337,7 +360,11 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     .await;
     let c2 = claim_id(store, "W", 60_000, t2.id).await;
     assert_eq!(
-        store.cancel_task(&owner, t2.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t2.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
     let rec = found(store, &owner, t2.id).await;
@@ -346,6 +373,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     let requested_at = rec.cancel_requested_at.expect("cancel_requested_at");
     assert_eq!(
         store
+            .worker()
             .heartbeat(std::slice::from_ref(&c2.lease), 60_000)
             .await
             .expect("heartbeat"),
@@ -357,7 +385,11 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     );
     // Asking again changes nothing about when it was first asked.
     assert_eq!(
-        store.cancel_task(&owner, t2.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t2.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Requested)
     );
     assert_eq!(
@@ -367,6 +399,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     // The worker then records the cancellation.
     assert!(
         store
+            .worker()
             .finish(
                 &c2.lease,
                 &Finish::Cancelled,
@@ -388,7 +421,11 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     )
     .await;
     assert_eq!(
-        store.cancel_task(&owner, t3.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t3.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Cancelled)
     );
     let rec = found(store, &owner, t3.id).await;
@@ -402,6 +439,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     assert_eq!(row(pool, t3.id).await["run_after"], Value::Null);
     assert!(
         store
+            .worker()
             .claim("W", 10, 60_000)
             .await
             .expect("claim")
@@ -422,6 +460,7 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
         .into_map();
     assert_eq!(
         store
+            .worker()
             .request_input(&c4.lease, &requests, Some("Waiting for input"), None)
             .await
             .expect("request_input"),
@@ -432,7 +471,11 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
         TaskStatus::InputRequired
     );
     assert_eq!(
-        store.cancel_task(&owner, t4.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t4.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::Cancelled)
     );
     let rec = found(store, &owner, t4.id).await;
@@ -444,7 +487,11 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     for id in [t3.id, t4.id] {
         let before = row(pool, id).await;
         assert_eq!(
-            store.cancel_task(&owner, id).await.expect("cancel"),
+            store
+                .replica()
+                .cancel_task(&owner, id)
+                .await
+                .expect("cancel"),
             Lookup::Found(CancelOutcome::AlreadyTerminal)
         );
         assert_eq!(
@@ -462,13 +509,18 @@ async fn heartbeat_extends_and_reports_loss_and_cancel() {
     let c5 = claim_id(store, "W", 60_000, t5.id).await;
     assert!(
         store
+            .worker()
             .finish(&c5.lease, &Finish::Completed(text_result("done")), None)
             .await
             .expect("finish")
     );
     let before = row(pool, t5.id).await;
     assert_eq!(
-        store.cancel_task(&owner, t5.id).await.expect("cancel"),
+        store
+            .replica()
+            .cancel_task(&owner, t5.id)
+            .await
+            .expect("cancel"),
         Lookup::Found(CancelOutcome::AlreadyTerminal)
     );
     assert_eq!(

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use mcp_tasks_store::testing::{Seed, SeedState};
 use mcp_tasks_store::{Finish, Lease, Owner, PoolConfig, Store, TaskId};
 use serde_json::json;
 use sqlx::PgPool;
@@ -39,17 +40,15 @@ async fn until_waiting(pool: &PgPool, n: i64) {
 
 /// Enough other rows that the planner reads the batch's rows by the primary key, one
 /// after another in the order given, as it does in production.
-async fn filler(pool: &PgPool) {
-    sqlx::query(
-        "INSERT INTO tasks (tenant, principal, id, tool, arguments, retention_ms, max_attempts)
-         SELECT 'filler', 'filler', gen_random_uuid(), 'echo', '{}', 60000, 3
-         FROM generate_series(1, 5000)",
-    )
-    .execute(pool)
-    .await
-    .expect("filler");
+async fn filler(db: &TestDb) {
+    let stuck = |_| Seed {
+        state: SeedState::Queued { run_after: None },
+        retention_ms: 60_000,
+        ..Seed::new(Owner::new("filler", "filler"), "echo")
+    };
+    db.store.seed((0..5000).map(stuck)).await.expect("filler");
     sqlx::query("ANALYZE tasks")
-        .execute(pool)
+        .execute(&db.pool)
         .await
         .expect("analyze");
 }
@@ -65,7 +64,7 @@ async fn lock_row(tx: &mut sqlx::PgConnection, id: TaskId) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
     let db = TestDb::new().await;
-    filler(&db.pool).await;
+    filler(&db).await;
     let owner = super::alice();
 
     let worker = Store::connect(&db.url, &PoolConfig::default())
@@ -74,6 +73,7 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
     let replica = Store::connect(&db.url, &PoolConfig::default())
         .await
         .expect("replica store");
+    let (finishes, marks) = (worker.worker(), replica.replica());
     let mut ids = Vec::new();
     for i in 0..5 {
         ids.push(
@@ -82,7 +82,7 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
                 .id,
         );
     }
-    let claimed = worker.claim("W", 5, 600_000).await.expect("claim");
+    let claimed = worker.worker().claim("W", 5, 600_000).await.expect("claim");
     let lease = |id: TaskId| -> Lease {
         claimed
             .iter()
@@ -104,16 +104,16 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
     let (gate_lease, batch_leases) = (lease(gate), [a, y, b].map(lease));
     // The gate's batch waits for its row; a, y and b then queue, in that order, for the
     // next batch.
-    let first = worker.finish(&gate_lease, &done, None);
+    let first = finishes.finish(&gate_lease, &done, None);
     tokio::pin!(first);
     assert!(futures::poll!(&mut first).is_pending());
     until_waiting(&db.pool, 1).await;
-    let batch = join_all(batch_leases.iter().map(|l| worker.finish(l, &done, None)));
+    let batch = join_all(batch_leases.iter().map(|l| finishes.finish(l, &done, None)));
     tokio::pin!(batch);
     assert!(futures::poll!(&mut batch).is_pending());
     // The watch takes `b` and waits for `x`.
     let watch_marks = [b, x, a].map(|id| (owner.clone(), id));
-    let watch = replica.watch(&watch_marks, 60_000);
+    let watch = marks.watch(&watch_marks, 60_000);
     let release = async {
         until_waiting(&db.pool, 2).await;
         hold_gate.commit().await.expect("commit");
@@ -154,11 +154,12 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_watch_marks_sharing_rows_do_not_deadlock() {
     let db = TestDb::new().await;
-    filler(&db.pool).await;
+    filler(&db).await;
     let owner = Owner::new("acme", "watcher");
     let other = Store::connect(&db.url, &PoolConfig::default())
         .await
         .expect("second replica");
+    let second_replica = other.replica();
     let mut ids = Vec::new();
     for i in 0..4 {
         ids.push(
@@ -175,10 +176,11 @@ async fn two_replicas_watch_marks_sharing_rows_do_not_deadlock() {
 
     let one = [a, y, b].map(|id| (owner.clone(), id));
     let two = [b, x, a].map(|id| (owner.clone(), id));
-    let first = db.store.watch(&one, 60_000);
+    let replica = db.store.replica();
+    let first = replica.watch(&one, 60_000);
     let second = async {
         until_waiting(&db.pool, 1).await;
-        other.watch(&two, 60_000).await
+        second_replica.watch(&two, 60_000).await
     };
     let release = async {
         until_waiting(&db.pool, 2).await;

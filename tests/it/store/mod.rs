@@ -1,7 +1,8 @@
 //! The store against a real PostgreSQL: fenced leases and heartbeats, attempts, input
 //! keys, expiry and retention, owner isolation, migrations from several processes, the
 //! event stream, the reasons the service records for ending a task, group commit against
-//! bad requests, the order multi-row writes lock in, and what the store pins or bounds.
+//! bad requests, the order multi-row writes lock in, what the store pins or bounds, and
+//! seeding whole tables (the `testing` feature).
 //!
 //! Time-dependent negative checks ("not yet expired") are only asserted when the test
 //! itself measured that it is still inside the window, so a stalled machine skips the
@@ -23,6 +24,7 @@ mod isolation;
 mod leases;
 mod lock_order;
 mod migrations;
+mod seeding;
 mod statistics;
 mod tombstones;
 mod workers;

@@ -6,10 +6,12 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use mcp_tasks_store::testing::{Seed, SeedState};
 use mcp_tasks_store::{ANALYZE_LOCK, Owner};
 use serde_json::json;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
+use time::OffsetDateTime;
 
 use crate::harness::fixtures::{create, new_task};
 use crate::harness::{TestDb, eventually};
@@ -20,54 +22,48 @@ const LEASED: i64 = 300;
 const WAITING: i64 = 200;
 
 /// A table of 100k tasks, most of them finished long ago (as a table that has run for a
-/// while is), in the test's own SQL.
+/// while is), seeded through the store.
 async fn load(db: &TestDb) {
-    let statements = [
-        (
-            r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status,
-                   created_at, updated_at, finished_at, retention_ms, result, max_attempts,
-                   attempt, lease_token)
-               SELECT 'bulk', 'p' || (g % 100), gen_random_uuid(), 'slow_compute', '{}',
-                   'completed', now() - interval '1 hour', now() - interval '1 hour',
-                   now() - interval '1 hour', 3600000,
-                   '{"content":[{"type":"text","text":"done"}],"isError":false}', 3, 1, 1
-               FROM generate_series(1, $1) g"#,
-            FINISHED,
-        ),
-        (
-            r"INSERT INTO tasks (tenant, principal, id, tool, arguments, retention_ms,
-                   max_attempts, run_after)
-               SELECT 'bulk', 'p' || (g % 100), gen_random_uuid(), 'slow_compute', '{}',
-                   3600000, 3, now() - interval '1 minute'
-               FROM generate_series(1, $1) g",
-            QUEUED,
-        ),
-        (
-            r"INSERT INTO tasks (tenant, principal, id, tool, arguments, retention_ms,
-                   max_attempts, attempt, lease_owner, lease_token, lease_expires_at)
-               SELECT 'bulk', 'p' || (g % 100), gen_random_uuid(), 'slow_compute', '{}',
-                   3600000, 3, 1, 'worker-1', 1, now() + interval '1 hour'
-               FROM generate_series(1, $1) g",
-            LEASED,
-        ),
-        (
-            r#"INSERT INTO tasks (tenant, principal, id, tool, arguments, status,
-                   input_requests, issued_keys, retention_ms, max_attempts)
-               SELECT 'bulk', 'p' || (g % 100), gen_random_uuid(), 'confirm_delete', '{}',
-                   'input_required',
-                   '{"confirm":{"method":"elicitation/create","params":{}}}',
-                   '{confirm}', 3600000, 3
-               FROM generate_series(1, $1) g"#,
-            WAITING,
-        ),
-    ];
-    for (sql, n) in statements {
-        sqlx::query(sql)
-            .bind(n)
-            .execute(&db.pool)
-            .await
-            .expect("bulk load");
-    }
+    let now = OffsetDateTime::now_utc();
+    let hour = time::Duration::hours(1);
+    let bulk = |g: i64, tool: &str| Seed::new(Owner::new("bulk", format!("p{}", g % 100)), tool);
+    let finished = (1..=FINISHED).map(|g| Seed {
+        state: SeedState::Completed {
+            result: json!({ "content": [{ "type": "text", "text": "done" }], "isError": false }),
+            finished_at: now - hour,
+        },
+        created_at: now - hour,
+        attempt: 1,
+        ..bulk(g, "slow_compute")
+    });
+    let queued = (1..=QUEUED).map(|g| Seed {
+        state: SeedState::Queued {
+            run_after: Some(now - time::Duration::minutes(1)),
+        },
+        ..bulk(g, "slow_compute")
+    });
+    let leased = (1..=LEASED).map(|g| Seed {
+        state: SeedState::Leased {
+            worker: "worker-1".into(),
+            token: 1,
+            expires_at: now + hour,
+        },
+        attempt: 1,
+        ..bulk(g, "slow_compute")
+    });
+    let waiting = (1..=WAITING).map(|g| Seed {
+        state: SeedState::InputRequired {
+            requests: json!({ "confirm": { "method": "elicitation/create", "params": {} } })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        },
+        ..bulk(g, "confirm_delete")
+    });
+    db.store
+        .seed(finished.chain(queued).chain(leased).chain(waiting))
+        .await
+        .expect("bulk load");
     sqlx::query("VACUUM ANALYZE tasks")
         .execute(&db.pool)
         .await
@@ -79,7 +75,7 @@ async fn the_metrics_read_live_work_through_its_indexes_never_the_whole_table() 
     let db = TestDb::new().await;
     load(&db).await;
 
-    let plans = db.store.task_stats_plans().await.expect("plans");
+    let plans = db.store.shared().task_stats_plans().await.expect("plans");
     assert_eq!(plans.len(), 2);
     for plan in &plans {
         assert!(
@@ -100,7 +96,7 @@ async fn the_metrics_read_live_work_through_its_indexes_never_the_whole_table() 
     }
 
     // And what they count is right.
-    let stats = db.store.task_stats().await.expect("stats");
+    let stats = db.store.shared().task_stats().await.expect("stats");
     assert_eq!(stats.queue_depth, QUEUED);
     assert!(
         stats.queue_oldest_age >= Duration::from_secs(59),
@@ -168,7 +164,11 @@ async fn workers_analyse_one_at_a_time_and_skip_a_table_another_process_holds() 
         .expect("lock");
     for _ in 0..5 {
         assert!(
-            !db.store.analyze_if_stale(10, 0).await.expect("check"),
+            !db.store
+                .worker()
+                .analyze_if_stale(10, 0)
+                .await
+                .expect("check"),
             "analysed while another worker's pass held the lock"
         );
     }
@@ -177,7 +177,13 @@ async fn workers_analyse_one_at_a_time_and_skip_a_table_another_process_holds() 
         .execute(&mut other)
         .await
         .expect("commit");
-    assert!(db.store.analyze_if_stale(10, 0).await.expect("check"));
+    assert!(
+        db.store
+            .worker()
+            .analyze_if_stale(10, 0)
+            .await
+            .expect("check")
+    );
     assert_eq!(table_stats(&db).await.1, 1);
 
     // Passes of several workers at once on a stale table: one analyses; the others skip
@@ -187,10 +193,11 @@ async fn workers_analyse_one_at_a_time_and_skip_a_table_another_process_holds() 
         (table_stats(&db).await.0 >= 70).then_some(())
     })
     .await;
-    let passes = join_all((0..4).map(|_| db.store.analyze_if_stale(10, 600_000))).await;
+    let worker = db.store.worker();
+    let passes = join_all((0..4).map(|_| worker.analyze_if_stale(10, 600_000))).await;
     // The gap holds since the ANALYZE above: stale, but too soon for anyone.
     assert!(passes.iter().all(|p| matches!(p, Ok(false))), "{passes:?}");
-    let passes = join_all((0..4).map(|_| db.store.analyze_if_stale(10, 0))).await;
+    let passes = join_all((0..4).map(|_| worker.analyze_if_stale(10, 0))).await;
     let analysed = passes.iter().filter(|p| matches!(p, Ok(true))).count();
     assert!(passes.iter().all(Result::is_ok), "{passes:?}");
     assert_eq!(analysed, 1, "passes that analysed at once: {passes:?}");
@@ -211,7 +218,7 @@ async fn workers_analyse_one_at_a_time_and_skip_a_table_another_process_holds() 
         .execute(&mut other)
         .await
         .expect("lock the table as autovacuum does");
-    let skipped = db.store.analyze_if_stale(10, 0).await;
+    let skipped = db.store.worker().analyze_if_stale(10, 0).await;
     assert!(
         matches!(skipped, Ok(false)),
         "an ANALYZE of a table another process holds: {skipped:?}"
@@ -221,6 +228,12 @@ async fn workers_analyse_one_at_a_time_and_skip_a_table_another_process_holds() 
         .execute(&mut other)
         .await
         .expect("rollback");
-    assert!(db.store.analyze_if_stale(10, 0).await.expect("check"));
+    assert!(
+        db.store
+            .worker()
+            .analyze_if_stale(10, 0)
+            .await
+            .expect("check")
+    );
     assert_eq!(table_stats(&db).await.1, before + 1);
 }

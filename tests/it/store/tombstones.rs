@@ -49,15 +49,24 @@ async fn maintenance_purges_every_batch_of_old_tombstones() {
     tombstone(&db, &owner, old, "8 days").await;
     assert_eq!(count(&db).await, 352);
 
-    let report = db.store.maintain(100, WEEK_MS).await.expect("maintain");
+    let report = db
+        .store
+        .worker()
+        .maintain(100, WEEK_MS)
+        .await
+        .expect("maintain");
     assert_eq!(report.tombstones_deleted, 351, "{report:?}");
     assert_eq!(count(&db).await, 1);
     assert_eq!(
-        db.store.get_task(&owner, young).await.expect("get"),
+        db.store
+            .replica()
+            .get_task(&owner, young)
+            .await
+            .expect("get"),
         Lookup::Expired
     );
     assert_eq!(
-        db.store.get_task(&owner, old).await.expect("get"),
+        db.store.replica().get_task(&owner, old).await.expect("get"),
         Lookup::NotFound
     );
 }
@@ -69,7 +78,7 @@ async fn a_tombstone_answers_only_its_owner() {
     let id = TaskId::random();
     tombstone(&db, &owner, id, "1 second").await;
     assert_eq!(
-        db.store.get_task(&owner, id).await.expect("get"),
+        db.store.replica().get_task(&owner, id).await.expect("get"),
         Lookup::Expired
     );
     // Same tenant, other principal; other tenant, same principal; and the two names'
@@ -81,12 +90,16 @@ async fn a_tombstone_answers_only_its_owner() {
         Owner::new("acm", "ealice"),
     ] {
         assert_eq!(
-            db.store.get_task(&other, id).await.expect("get"),
+            db.store.replica().get_task(&other, id).await.expect("get"),
             Lookup::NotFound,
             "{other:?}"
         );
         assert_eq!(
-            db.store.cancel_task(&other, id).await.expect("cancel"),
+            db.store
+                .replica()
+                .cancel_task(&other, id)
+                .await
+                .expect("cancel"),
             Lookup::NotFound,
             "{other:?}"
         );
@@ -111,7 +124,12 @@ async fn legacy_tombstones_are_adopted() {
     .execute(&db.pool)
     .await
     .expect("legacy tombstones");
-    let report = db.store.maintain(100, WEEK_MS).await.expect("maintain");
+    let report = db
+        .store
+        .worker()
+        .maintain(100, WEEK_MS)
+        .await
+        .expect("maintain");
     assert_eq!(report.tombstones_deleted, 1, "{report:?}");
     let legacy: i64 = sqlx::query_scalar("SELECT count(*) FROM task_tombstones")
         .fetch_one(&db.pool)
@@ -119,18 +137,23 @@ async fn legacy_tombstones_are_adopted() {
         .expect("legacy count");
     assert_eq!(legacy, 0);
     assert_eq!(
-        db.store.get_task(&owner, recent).await.expect("get"),
+        db.store
+            .replica()
+            .get_task(&owner, recent)
+            .await
+            .expect("get"),
         Lookup::Expired
     );
     assert_eq!(
         db.store
+            .replica()
             .get_task(&Owner::new("acme", "bob"), recent)
             .await
             .expect("get"),
         Lookup::NotFound
     );
     assert_eq!(
-        db.store.get_task(&owner, old).await.expect("get"),
+        db.store.replica().get_task(&owner, old).await.expect("get"),
         Lookup::NotFound
     );
 }

@@ -20,6 +20,7 @@ fn info(id: &str, refresh: Duration) -> WorkerInfo {
 
 async fn seen(db: &TestDb) -> Vec<WorkerPresence> {
     db.store
+        .console()
         .workers_seen(Duration::from_secs(3600))
         .await
         .expect("workers")
@@ -44,7 +45,7 @@ async fn workers_register_refresh_leave_and_are_forgotten() {
     let db = TestDb::new().await;
     let store = &db.store;
     let a = info("worker-a", Duration::from_secs(60));
-    store.register_worker(&a).await.expect("register");
+    store.worker().register_worker(&a).await.expect("register");
     let rows = seen(&db).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     let first = &rows[0];
@@ -67,7 +68,7 @@ async fn workers_register_refresh_leave_and_are_forgotten() {
         ..a.clone()
     };
     for _ in 0..5 {
-        store.refresh_worker(&a2).await.expect("refresh");
+        store.worker().refresh_worker(&a2).await.expect("refresh");
     }
     let rows = seen(&db).await;
     assert_eq!(rows[0].tools, ["gamma"]);
@@ -85,14 +86,20 @@ async fn workers_register_refresh_leave_and_are_forgotten() {
     );
 
     // A refresh of a forgotten row registers it again.
-    assert!(store.deregister_worker("worker-a").await.expect("delete"));
+    assert!(
+        store
+            .worker()
+            .deregister_worker("worker-a")
+            .await
+            .expect("delete")
+    );
     assert!(seen(&db).await.is_empty());
-    store.refresh_worker(&a).await.expect("refresh");
+    store.worker().refresh_worker(&a).await.expect("refresh");
     assert_eq!(seen(&db).await.len(), 1);
 
     // A worker that stops refreshing reads as gone after three intervals.
     let b = info("worker-b", Duration::from_millis(20));
-    store.register_worker(&b).await.expect("register");
+    store.worker().register_worker(&b).await.expect("register");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let rows = seen(&db).await;
     let live: Vec<(&str, bool)> = rows.iter().map(|w| (w.id.as_str(), w.live)).collect();
@@ -105,7 +112,11 @@ async fn workers_register_refresh_leave_and_are_forgotten() {
     .execute(&db.pool)
     .await
     .expect("age worker-b");
-    let report = store.maintain(100, 60_000).await.expect("maintain");
+    let report = store
+        .worker()
+        .maintain(100, 60_000)
+        .await
+        .expect("maintain");
     assert_eq!(report.workers_forgotten, 1);
     let rows: Vec<String> = sqlx::query_scalar("SELECT id FROM workers")
         .fetch_all(&db.pool)

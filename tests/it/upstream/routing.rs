@@ -54,7 +54,12 @@ async fn two_workers_with_different_tools_each_run_their_own() {
         .await;
     assert_eq!(queued, 6, "never claimed by a worker without the tool");
     // What workers log about such tasks: the queue by tool.
-    let waiting = db.store.waiting_by_tool(1000, 100).await.expect("queue");
+    let waiting = db
+        .store
+        .worker()
+        .waiting_by_tool(1000, 100)
+        .await
+        .expect("queue");
     assert_eq!(waiting, [("ev_echo".to_owned(), 6)], "{waiting:?}");
 
     // A worker with the upstream arrives: the waiting tasks run there.

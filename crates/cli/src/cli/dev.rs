@@ -61,7 +61,7 @@ pub(super) async fn run(
     // metrics listener, when one is asked for) shows both.
     let metrics = install_metrics(&store)?;
     let worker_run = mcp_tasks_worker::run(
-        store.clone(),
+        store.worker(),
         registry.clone(),
         worker.config(&server.server_name),
         shutdown.clone(),

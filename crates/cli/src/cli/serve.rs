@@ -8,7 +8,7 @@ use clap::Args;
 use mcp_tasks_observe::Metrics;
 use mcp_tasks_server::{
     AdminClaim, AllowedHosts, AppState, ConnectionConfig, ConsoleConfig, ProtectedResource,
-    RateLimit, ServerConfig, StateKeys,
+    RateLimit, ServerConfig, StateKeys, Stores,
 };
 use mcp_tasks_store::Store;
 use mcp_tasks_tools::LiveRegistry;
@@ -331,7 +331,11 @@ pub(super) async fn serve(
     }
     config.protected_resource = protected_resource;
     let state = AppState::new(
-        store,
+        Stores {
+            tasks: store.replica(),
+            console: store.console(),
+            sessions: store.sessions(),
+        },
         registry,
         config,
         auth,

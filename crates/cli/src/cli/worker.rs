@@ -60,7 +60,7 @@ async fn worker(
         "worker_id": config.worker_id,
         "metrics": metrics,
     }));
-    mcp_tasks_worker::run(store, tools.registry.clone(), config, shutdown).await?;
+    mcp_tasks_worker::run(store.worker(), tools.registry.clone(), config, shutdown).await?;
     Ok(())
 }
 
@@ -69,7 +69,7 @@ pub(super) fn install_metrics(store: &Store) -> anyhow::Result<Metrics> {
     let metrics = Metrics::install()
         .map_err(anyhow::Error::msg)
         .context("installing the metrics recorder")?;
-    Ok(metrics.with_store(store.clone()))
+    Ok(metrics.with_store(store.shared()))
 }
 
 /// Runs `work` (given the metrics listener's address) with `GET /metrics` served on

@@ -52,8 +52,10 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
 pub(super) async fn content(state: &AppState, viewer: &Viewer) -> Result<Markup, StoreError> {
     let scope = scope(viewer, "");
     let (health, seen) = tokio::try_join!(
-        state.store().console_health(&scope, WINDOW, BUCKETS),
-        state.store().workers_seen(GONE_SHOWN),
+        state
+            .console_reads()
+            .console_health(&scope, WINDOW, BUCKETS),
+        state.console_reads().workers_seen(GONE_SHOWN),
     )?;
     let whose = if viewer.is_admin {
         "tenant"

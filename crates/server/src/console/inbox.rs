@@ -23,7 +23,11 @@ pub(super) fn routes() -> Router<AppState> {
 }
 
 async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
-    let waiting = match state.store().console_inbox(&viewer.owner, LIMIT).await {
+    let waiting = match state
+        .console_reads()
+        .console_inbox(&viewer.owner, LIMIT)
+        .await
+    {
         Ok(tasks) => tasks,
         Err(e) => return layout::store_error(e),
     };

@@ -208,7 +208,7 @@ async fn page(
         Err(why) => return layout::bad_request(StatusCode::BAD_REQUEST, &why),
     };
     let scope = scope(&viewer, &params.owner);
-    let store = state.store();
+    let store = state.console_reads();
     let (page, counts) = match tokio::try_join!(
         store.console_tasks(&scope, &filter, params.after, PAGE),
         store.console_status_counts(&scope),

@@ -115,7 +115,7 @@ impl LiveTask {
         let Ok(Lookup::Found(task)) = store.get_task(owner, *id).await else {
             return None;
         };
-        let history = match store.task_history(owner, *id).await {
+        let history = match self.state.console_reads().task_history(owner, *id).await {
             Ok(Lookup::Found(events)) => Some(events),
             Ok(Lookup::Expired | Lookup::NotFound) => None,
             Err(e) => {

@@ -108,7 +108,7 @@ impl LiveInbox {
     /// Reads the membership again, follows what it found, and renders the list: `None`
     /// when it is what was sent last (or the store failed; the next re-read tries again).
     async fn reread(&mut self) -> Option<Value> {
-        let store = self.state.store();
+        let store = self.state.console_reads();
         let working = TaskFilter {
             status: Some(TaskStatus::Working),
             ..TaskFilter::default()

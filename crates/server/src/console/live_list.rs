@@ -86,7 +86,7 @@ pub(crate) async fn events(
         }
     } else {
         match state
-            .store()
+            .console_reads()
             .console_tasks(&scope, &filter, params.after, PAGE)
             .await
         {
@@ -200,7 +200,7 @@ impl LiveList {
         }
         let page = match self
             .state
-            .store()
+            .console_reads()
             .console_tasks(&self.scope, &filter, None, PAGE)
             .await
         {

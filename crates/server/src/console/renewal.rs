@@ -9,7 +9,7 @@
 //! each renewal may spend the refresh token and hand out a new one, and a second use of
 //! a spent one is taken as theft, revoking the whole grant. Requests of one session that
 //! come at once all carry the same cookie, so they would all spend the same token. So a
-//! renewal takes the session's turn in the store (`Store::refresh_turn`, one advisory
+//! renewal takes the session's turn in the store (`Sessions::refresh_turn`, one advisory
 //! lock per session) and records what it made, encrypted, keyed by a digest of the
 //! spent token; a request that comes later with that token takes the recorded successor
 //! instead of spending it again. Records are kept for `REMEMBER_MS`, longer than any
@@ -89,7 +89,7 @@ pub(crate) async fn renew(
     }
     let spent = Sha256::digest(refresh.as_bytes());
     let mut turn = state
-        .store()
+        .sessions()
         .refresh_turn(&session.nonce)
         .await
         .map_err(store)?;

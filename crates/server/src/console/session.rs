@@ -150,7 +150,7 @@ impl Session {
         owner: &Owner,
     ) -> Result<bool, StoreError> {
         state
-            .store()
+            .sessions()
             .session_revoked(owner, &self.revocation_name(), time_of(self.issued_ms))
             .await
     }
@@ -159,7 +159,7 @@ impl Session {
     pub(crate) async fn revoke(&self, state: &AppState, owner: &Owner) -> Result<(), StoreError> {
         let ttl_ms = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
         state
-            .store()
+            .sessions()
             .revoke_session(
                 owner,
                 &Revocation {

@@ -25,7 +25,8 @@ pub(crate) async fn load(
     };
     let store = state.store();
     let found = if viewer.is_admin {
-        store
+        state
+            .console_reads()
             .get_task_in_tenant(&viewer.owner.tenant, id)
             .await
             .map_err(layout::store_error)?
@@ -52,7 +53,11 @@ pub(crate) async fn page(
         Err(response) => return response,
     };
     // The task's history (every claim, lapse and input round), read for its owner.
-    let history = match state.store().task_history(&task.owner, task.id).await {
+    let history = match state
+        .console_reads()
+        .task_history(&task.owner, task.id)
+        .await
+    {
         Ok(Lookup::Found(events)) => Some(events),
         Ok(Lookup::Expired | Lookup::NotFound) => None,
         Err(e) => return layout::store_error(e),

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mcp_tasks_store::{
-    Event, EventKind, EventsConfig, Owner, Store, StoreError, TaskId, TaskRecord, Tenants,
+    Event, EventKind, EventsConfig, Owner, ReplicaStore, StoreError, TaskId, TaskRecord, Tenants,
 };
 use mcp_tasks_wire::TaskStatus;
 use serde_json::{Map, Value};
@@ -97,7 +97,7 @@ struct Entry {
 }
 
 struct Inner {
-    store: Store,
+    store: ReplicaStore,
     config: HubConfig,
     entries: Mutex<HashMap<TaskId, Entry>>,
     dirty: Mutex<HashSet<TaskId>>,
@@ -220,7 +220,7 @@ impl Hub {
     /// With `hear_runnable` (the console is on) it also listens for the workers' wake-ups
     /// (see [`Hub::runnable`]).
     pub(crate) fn start(
-        store: Store,
+        store: ReplicaStore,
         config: HubConfig,
         hear_runnable: bool,
         tasks: &TaskTracker,
@@ -351,7 +351,7 @@ async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
     } else {
         &[EventKind::Changed]
     };
-    let mut events = inner.store.events(
+    let mut events = inner.store.shared().events(
         kinds,
         EventsConfig {
             probe_every: inner.config.probe_every,

@@ -129,7 +129,7 @@ pub(crate) async fn resolve(
         }
     }
     if state
-        .store()
+        .sessions()
         .session_revoked(owner, &token.nonce, time_of(token.issued_ms))
         .await?
     {

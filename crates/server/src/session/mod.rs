@@ -228,7 +228,7 @@ pub(crate) async fn delete(
     let session = context::resolve(state, owner, headers).await?;
     let ttl_ms = i64::try_from(state.config().session_ttl.as_millis()).unwrap_or(i64::MAX);
     state
-        .store()
+        .sessions()
         .revoke_session(
             owner,
             &Revocation {

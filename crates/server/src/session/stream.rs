@@ -129,7 +129,7 @@ impl Standing for InSession {
         };
         let token = &self.session.token;
         match state
-            .store()
+            .sessions()
             .session_revoked(&self.owner, &token.nonce, time_of(token.issued_ms))
             .await
         {

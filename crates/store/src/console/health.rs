@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Scope;
-use crate::{DbResult, Result, Store, TaskId};
+use crate::{ConsoleReads, DbResult, Result, TaskId};
 
 /// Most finished tasks one bucket's percentiles are taken from (the newest of it).
 pub const SAMPLES_PER_BUCKET: i64 = 500;
@@ -175,7 +175,7 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
-impl Store {
+impl ConsoleReads {
     /// The health page of a scope: percentiles over `window` in `buckets` buckets.
     #[tracing::instrument(name = "db.console.health", skip_all, err(level = "debug"))]
     pub async fn console_health(
@@ -191,7 +191,7 @@ impl Store {
             .bind(&scope.tenant)
             .bind(principal)
             .bind(QUEUE_COUNT_LIMIT)
-            .fetch_one(self.pool())
+            .fetch_one(self.db.pool())
             .await
             .db()?;
         let rows: Vec<PercentileRow> = sqlx::query_as(percentiles_sql(scope))
@@ -200,21 +200,21 @@ impl Store {
             .bind(millis(bucket))
             .bind(i32::try_from(buckets).unwrap_or(1))
             .bind(SAMPLES_PER_BUCKET)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         let lapse_rows: Vec<(Option<String>, i64)> = sqlx::query_as(LAPSES)
             .bind(&scope.tenant)
             .bind(principal)
             .bind(millis(window))
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         let running: Vec<RunningRow> = sqlx::query_as(RUNNING)
             .bind(&scope.tenant)
             .bind(principal)
             .bind(RUNNING_LIMIT)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         let mut lapses = LapseCounts::default();

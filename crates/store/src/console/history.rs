@@ -8,7 +8,7 @@ use mcp_tasks_wire::service_messages::EndReason;
 use time::OffsetDateTime;
 
 use crate::record::end_reason;
-use crate::{DbResult, Lookup, Owner, Result, Store, StoreError, TaskId};
+use crate::{ConsoleReads, DbResult, Lookup, Owner, Result, StoreError, TaskId};
 
 /// Most events of one task read (a task asking for input again and again has many).
 pub const HISTORY_LIMIT: i64 = 500;
@@ -124,7 +124,7 @@ type EventRow = (
     Option<String>,
 );
 
-impl Store {
+impl ConsoleReads {
     /// The task's history, oldest first; an unknown id and another owner's task alike
     /// are not found.
     #[tracing::instrument(name = "db.console.history", skip_all, err(level = "debug"))]
@@ -137,7 +137,7 @@ impl Store {
             .bind(&owner.tenant)
             .bind(&owner.principal)
             .bind(id.0)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.db.pool())
             .await
             .db()?;
         let Some((
@@ -152,27 +152,13 @@ impl Store {
             reason,
         )) = facts
         else {
-            let gone: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM tombstones
-                                WHERE owner = mcp_tasks_owner_digest($1, $2) AND id = $3)",
-            )
-            .bind(&owner.tenant)
-            .bind(&owner.principal)
-            .bind(id.0)
-            .fetch_one(self.pool())
-            .await
-            .db()?;
-            return Ok(if gone {
-                Lookup::Expired
-            } else {
-                Lookup::NotFound
-            });
+            return crate::client_ops::missing(self.db.pool(), owner, id).await;
         };
         let rows: Vec<EventRow> = sqlx::query_as(EVENTS)
             .bind(&owner.tenant)
             .bind(id.0)
             .bind(HISTORY_LIMIT)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         let corrupt = |what: &str| StoreError::corrupt(format!("task {id}: {what}"));

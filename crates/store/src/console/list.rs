@@ -15,8 +15,9 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 use time::OffsetDateTime;
 
-use super::{Scope, SummaryRow, TaskSummary, summary_columns};
-use crate::{DbResult, ListCursor, Result, Store};
+use super::{Scope, SummaryRow, TaskSummary};
+use crate::sql::summary_columns;
+use crate::{ConsoleReads, DbResult, ListCursor, Result};
 
 /// Most rows one page of the list visits.
 pub const SCAN_LIMIT: i64 = 5_000;
@@ -205,7 +206,7 @@ pub(super) fn bind_list<'q, O>(
         .bind(SCAN_LIMIT)
 }
 
-impl Store {
+impl ConsoleReads {
     /// One page of the scope's tasks, newest first, after `after` (see the module).
     #[tracing::instrument(name = "db.console.list", skip_all, err(level = "debug"))]
     pub async fn console_tasks(
@@ -218,7 +219,7 @@ impl Store {
         let limit = limit.clamp(1, 500);
         let sql = list_sql(scope, filter);
         let hits: Vec<Hit> = bind_list(sqlx::query_as(sql), scope, filter, after, limit)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         let scanned = hits.first().map_or(0, |h| h.scanned);
@@ -270,7 +271,7 @@ impl Store {
             .bind(&scope.tenant)
             .bind(scope.principal.as_deref())
             .bind(COUNT_LIMIT)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         let total = |live: bool| {
@@ -315,7 +316,7 @@ impl Store {
             .bind(&owner.tenant)
             .bind(&owner.principal)
             .bind(limit.clamp(1, 1000))
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await
             .db()?;
         rows.into_iter().map(TryInto::try_into).collect()

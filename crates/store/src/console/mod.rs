@@ -1,7 +1,11 @@
 //! What the web console reads: the tasks list and its counts, the inbox, the health
 //! page's figures, and each task's history. Every statement is bounded (a limit on the
-//! rows it may visit) and walks an index; [`Store::console_plans`] shows the plans, so
-//! tests and `mcp-tasks bench console` can check that no page scans `tasks`.
+//! rows it may visit) and walks an index; [`ConsoleReads::console_plans`] shows the plans,
+//! so tests and `mcp-tasks bench console` can check that no page scans `tasks`.
+//!
+//! The statements are run as they are written here (`sqlx::query_as` on their text), not
+//! checked by `query_as!`: each page's plans are read with `EXPLAIN` from the same text,
+//! and a list's or count's statement is chosen by its scope and filter.
 
 mod health;
 mod history;
@@ -13,6 +17,8 @@ use mcp_tasks_wire::service_messages::EndReason;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+#[cfg(doc)]
+use crate::ConsoleReads;
 use crate::record::end_reason;
 use crate::{Owner, StoreError, TaskId};
 
@@ -67,15 +73,7 @@ pub struct TaskSummary {
     pub max_attempts: i32,
 }
 
-/// The columns of a [`SummaryRow`].
-macro_rules! summary_columns {
-    () => {
-        "tenant, principal, id, tool, status, status_message, end_reason, created_at,
-         updated_at, coalesce(claimed_attempt, attempt) AS attempt, max_attempts"
-    };
-}
-pub(crate) use summary_columns;
-
+/// (`summary_columns!` in `sql.rs`.)
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct SummaryRow {
     tenant: String,

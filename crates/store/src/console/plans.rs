@@ -11,7 +11,7 @@ use super::health::{LAPSES, QUEUE, RUNNING, percentiles_sql};
 use super::history::{EVENTS, FACTS};
 use super::list::{COUNT_LIMIT, INBOX, bind_list, counts_sql, list_sql};
 use super::{Scope, TaskFilter};
-use crate::{DbResult, Result, Store};
+use crate::{ConsoleReads, DbResult, Result};
 
 /// One statement's plan (`EXPLAIN`, text format).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,11 +46,11 @@ impl QueryPlan {
 }
 
 async fn explain<'q>(
-    store: &Store,
+    store: &ConsoleReads,
     name: &str,
     q: QueryAs<'q, Postgres, (String,), PgArguments>,
 ) -> Result<QueryPlan> {
-    let lines: Vec<(String,)> = q.fetch_all(store.pool()).await.db()?;
+    let lines: Vec<(String,)> = q.fetch_all(store.db.pool()).await.db()?;
     Ok(QueryPlan {
         name: name.to_owned(),
         plan: lines
@@ -66,7 +66,7 @@ fn explained(sql: &str) -> sqlx::AssertSqlSafe<String> {
     sqlx::AssertSqlSafe(format!("EXPLAIN {sql}"))
 }
 
-impl Store {
+impl ConsoleReads {
     /// The plans of every statement of the list, inbox, health and task pages for this
     /// scope (the inbox and the history as `principal`'s, the scope's or a sample one).
     pub async fn console_plans(&self, scope: &Scope, tool: &str) -> Result<Vec<QueryPlan>> {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::{ConfigError, Source};
+use super::{ConfigError, Source};
 
 /// The whole policy, checked. The default is fair, unweighted, unlimited.
 #[derive(Debug, Clone, PartialEq)]
