@@ -71,15 +71,15 @@ fn code_map(architecture: &str) -> BTreeMap<String, Vec<String>> {
     let mut parts: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in section.lines() {
-        if let Some(rest) = line.strip_prefix("**") {
-            if let Some(end) = rest.find("**") {
-                let name = rest[..end].to_owned();
-                // A heading may run on into its first (only) bullet: `**observe**: …`.
-                let after = rest[end + 2..].to_owned();
-                parts.entry(name.clone()).or_default().push(after);
-                current = Some(name);
-                continue;
-            }
+        if let Some(rest) = line.strip_prefix("**")
+            && let Some(end) = rest.find("**")
+        {
+            let name = rest[..end].to_owned();
+            // A heading may run on into its first (only) bullet: `**observe**: …`.
+            let after = rest[end + 2..].to_owned();
+            parts.entry(name.clone()).or_default().push(after);
+            current = Some(name);
+            continue;
         }
         let Some(name) = &current else { continue };
         let bullets = parts.get_mut(name).expect("its part");
@@ -103,10 +103,11 @@ fn names(bullet: &str) -> Vec<&str> {
 fn named_in(file: &str, bullet: &str, others: &[String]) -> bool {
     let names = names(bullet);
     let dir = file.rsplit_once('/').map(|(d, _)| d);
-    if let (Some(dir), true) = (dir, file.ends_with("/mod.rs")) {
-        if names.contains(&format!("{dir}/").as_str()) {
-            return true;
-        }
+    if let Some(dir) = dir
+        && file.ends_with("/mod.rs")
+        && names.contains(&format!("{dir}/").as_str())
+    {
+        return true;
     }
     let dir_named = dir.is_some_and(|dir| {
         let last = dir.rsplit('/').next().unwrap_or(dir);
