@@ -31,7 +31,13 @@ impl Logged {
         Self::start("worker", database_url, &["worker", "--tools", tools], env).await
     }
 
-    async fn start(name: &str, database_url: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+    /// `mcp-tasks args…` named `name` in the output; returns once it is ready.
+    pub(super) async fn start(
+        name: &str,
+        database_url: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         let mut spawn = Spawn::new(procs::BIN);

@@ -15,6 +15,7 @@ mod logged;
 mod official;
 mod reports;
 mod routing;
+mod scheduling;
 mod tasks_2026;
 
 use std::path::PathBuf;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use mcp_tasks_store::{PoolConfig, Store};
 use mcp_tasks_tools::{LiveRegistry, Registry};
-use mcp_tasks_upstream::{Config, Options as UpstreamOptions, Upstreams};
+use mcp_tasks_upstream::{Config, Options as UpstreamOptions, Scheduling, Upstreams};
 use mcp_tasks_wire::results::Implementation;
 use mcp_tasks_wire::secret::Secret;
 
@@ -101,6 +101,14 @@ impl Tools {
             });
         };
         let config = Config::load(path).with_context(|| format!("--config {}", path.display()))?;
+        if config.scheduling != Scheduling::default() {
+            // The sections parse (so a file written for fair scheduling is checked now),
+            // but claims do not read them yet: say so rather than let a limit look held.
+            tracing::warn!(
+                config = %path.display(),
+                "the scheduling sections ([scheduling], [tenant.\"…\"], and the limits and priorities of tools and upstreams) are checked but not enforced yet: workers claim the oldest runnable task, with no weight, priority or limit"
+            );
+        }
         let (upstreams, registry) = Upstreams::start(config, registry, UpstreamOptions::default())
             .await
             .with_context(|| format!("--config {}", path.display()))?;
