@@ -30,6 +30,7 @@ mod clients;
 mod connections;
 mod console;
 mod cut_off;
+mod fairness;
 mod harness;
 mod oauth;
 mod oauth_suite;

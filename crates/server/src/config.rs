@@ -111,6 +111,9 @@ pub struct ServerConfig {
     pub metrics_on_listener: bool,
     /// The web console at `/console`; `None` leaves it unserved (404).
     pub console: Option<crate::ConsoleConfig>,
+    /// How the queue is shared: a new task's place in it comes from its tenant's weight
+    /// and its priority (the configuration file's scheduling sections).
+    pub scheduling: mcp_tasks_tools::scheduling::Scheduling,
 }
 
 impl ServerConfig {
@@ -145,6 +148,7 @@ impl ServerConfig {
             metrics: None,
             metrics_on_listener: true,
             console: None,
+            scheduling: mcp_tasks_tools::scheduling::Scheduling::default(),
         }
     }
 }

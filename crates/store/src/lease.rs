@@ -116,11 +116,12 @@ impl WorkerStore {
         let rows: Vec<ClaimedRow> = sqlx::query_as(concat!(
             r"
             -- Leases that lapsed with attempts left (few rows: only leased ones are in
-            -- tasks_leased), then the queue in order; none past its TTL. Each with the
-            -- moment it became runnable (for the pickup metric).
+            -- tasks_leased), then the queue in its fair order (queue_key: see
+            -- ARCHITECTURE.md, *Scheduling*); none past its TTL. Each with the moment it
+            -- became runnable (for the pickup metric).
             WITH lapsed AS MATERIALIZED (
                 SELECT ctid AS c_ctid, id AS c_id, true AS reclaimed,
-                    lease_expires_at AS runnable_since
+                    lease_expires_at AS runnable_since, queue_key AS c_key
                 FROM tasks
                 WHERE $7
                   AND lease_owner IS NOT NULL
@@ -136,7 +137,7 @@ impl WorkerStore {
                 FOR UPDATE SKIP LOCKED
             ),
             queued AS MATERIALIZED (
-                SELECT ctid, id, false, run_after
+                SELECT ctid, id, false, run_after, queue_key
                 FROM tasks
                 WHERE status = 'working'
                   AND lease_owner IS NULL
@@ -144,11 +145,19 @@ impl WorkerStore {
                   AND cancel_requested_at IS NULL
                   AND (expires_at IS NULL OR expires_at > now())
                   AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-                ORDER BY run_after
+                ORDER BY queue_key
                 LIMIT $2 - (SELECT count(*) FROM lapsed)
                 FOR UPDATE SKIP LOCKED
             ),
             candidates AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),
+            -- The queue's clock moves to the highest key this worker has claimed (its own
+            -- row: claims never wait on each other for it). New lanes start there.
+            clocked AS (
+                INSERT INTO queue_clock AS k (worker, key)
+                SELECT $1, max(c_key) FROM candidates HAVING max(c_key) IS NOT NULL
+                ON CONFLICT (worker) DO UPDATE
+                    SET key = greatest(k.key, EXCLUDED.key), at = now()
+            ),
             -- The rows are updated where the locks found them (by ctid: a TID scan). A
             -- join on the key would be planned for the generic plan's guess of the
             -- LIMIT (a tenth of the queue) and so as a hash join over a scan of the whole

@@ -74,7 +74,7 @@ pub use console::{
     QUEUE_COUNT_LIMIT, QueryPlan, RUNNING_LIMIT, RunningTask, SAMPLES_PER_BUCKET, SCAN_LIMIT,
     Scope, StatusCount, TaskFilter, TaskPage, TaskSummary, WorkerLoad,
 };
-pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
+pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask, Placement};
 pub use duty::{DUTY_APPLICATION_NAME, DUTY_WAIT_ROUND, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};

@@ -71,6 +71,7 @@ pub(super) async fn run(
         let served = serve(
             store,
             registry,
+            tools.scheduling.clone(),
             &server,
             Some(metrics),
             worker.metrics_listen,
