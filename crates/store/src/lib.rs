@@ -44,6 +44,7 @@ mod duty;
 mod events;
 mod finish;
 mod held_input;
+mod lanes;
 mod lease;
 mod listing;
 mod maintenance;
