@@ -111,8 +111,8 @@ impl WorkerStore {
         tools: &[String],
         lapsed: bool,
     ) -> Result<Vec<Claimed>> {
-        // Built at run time, not checked by `query_as!`: issue 26 rewrites this statement
-        // next (and its row flattens a `TaskRow`, which the macros cannot fill).
+        // Built at run time, not checked by `query_as!`: its row flattens a `TaskRow`,
+        // which the macros cannot fill (and issue 26's limits are still to join it).
         let rows: Vec<ClaimedRow> = sqlx::query_as(concat!(
             r"
             -- Leases that lapsed with attempts left (few rows: only leased ones are in

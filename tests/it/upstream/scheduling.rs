@@ -1,7 +1,8 @@
-//! The configuration file's scheduling sections (`[scheduling]`, `[tenant."…"]`, the
-//! limits and priorities of tools and upstreams) are checked today, but claims do not
-//! read them yet: a process given any of them says so when it starts, so that a limit is
-//! never taken for held. (The parsing itself is tested in `crates/upstream/tests`.)
+//! The configuration file's scheduling limits (`max_concurrency`, `max_per_second`,
+//! `burst`) are checked today, but claims do not enforce them yet: a process given any of
+//! them says so when it starts, so that a limit is never taken for held. (The parsing
+//! itself is tested in `crates/upstream/tests`; weights and priorities, which do hold, in
+//! `tests/it/fairness.rs`.)
 
 use std::time::Duration;
 
@@ -12,10 +13,14 @@ use crate::harness::{TestDb, eventually};
 const NOT_ENFORCED: &str = "checked but not enforced yet";
 
 #[tokio::test]
-async fn a_scheduling_section_is_reported_as_not_enforced_yet() {
+async fn scheduling_limits_are_reported_as_not_enforced_yet() {
     let db = TestDb::new().await;
     let scratch = Scratch::new();
-    let plain = scratch.write("plain.toml", "");
+    // Weights and priorities are enforced: nothing to warn of.
+    let plain = scratch.write(
+        "plain.toml",
+        "[tenant.\"acme\"]\nweight = 3\n\n[tool.\"generate_report\"]\npriority = 2\n",
+    );
     let limited = scratch.write(
         "limited.toml",
         "[scheduling]\ntenant_max_concurrency = 10\n\n[tool.\"generate_report\"]\nmax_concurrency = 4\n",
@@ -51,7 +56,7 @@ async fn a_scheduling_section_is_reported_as_not_enforced_yet() {
         assert!(lines[0].contains("WARN"), "{sub}: at WARN: {}", lines[0]);
         assert!(
             quiet.logged(NOT_ENFORCED).is_empty(),
-            "{sub}: a file without scheduling sections says nothing of them: {:?}",
+            "{sub}: a file without limits says nothing of them: {:?}",
             quiet.log()
         );
     }
