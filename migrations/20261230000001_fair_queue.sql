@@ -44,3 +44,15 @@ WHERE finished_at IS NULL AND queue_key IS NULL;
 -- The queue in claim order.
 CREATE INDEX IF NOT EXISTS tasks_queue_order ON tasks (queue_key)
     WHERE status = 'working' AND lease_owner IS NULL;
+
+-- Rate limits (`max_per_second`, `burst`): one token bucket per limited tool or upstream
+-- (kind 'tool' or 'group'), spent by the claims that start its tasks. Claims with limits
+-- run one at a time (a transaction-scoped advisory lock), so a bucket is never
+-- overspent.
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    kind    text NOT NULL,
+    name    text NOT NULL,
+    tokens  float8 NOT NULL,
+    at      timestamptz NOT NULL,
+    PRIMARY KEY (kind, name)
+);

@@ -37,6 +37,7 @@
 //! both replicas and workers listen, and both are scraped for metrics.
 
 mod batch;
+mod claim;
 mod client_ops;
 mod console;
 mod create;
@@ -69,6 +70,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
+pub use claim::{ClaimLimits, Claimed, Rate};
 pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
 pub use console::{
     COUNT_LIMIT, HISTORY_LIMIT, Health, HistoryEvent, HistoryKind, LapseCounts, PercentileBucket,
@@ -79,7 +81,7 @@ pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask, Placement};
 pub use duty::{DUTY_APPLICATION_NAME, DUTY_WAIT_ROUND, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
-pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, RescueReport};
+pub use lease::{Finish, HeartbeatReply, InputOutcome, RescueReport};
 pub use listing::ListCursor;
 pub use maintenance::{ANALYZE_LOCK, MaintenanceReport};
 pub use notify::{LISTENER_APPLICATION_NAME, Tenants, Waker};

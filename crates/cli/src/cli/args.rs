@@ -104,14 +104,6 @@ impl Tools {
             });
         };
         let config = Config::load(path).with_context(|| format!("--config {}", path.display()))?;
-        if config.scheduling.has_limits() {
-            // The limits parse (so a file written for them is checked now), but claims
-            // do not read them yet: say so rather than let a limit look held.
-            tracing::warn!(
-                config = %path.display(),
-                "the scheduling limits (max_concurrency, max_per_second, burst) are checked but not enforced yet: workers claim in the fair order with no limit"
-            );
-        }
         let scheduling = config.scheduling.clone();
         let (upstreams, registry) = Upstreams::start(config, registry, UpstreamOptions::default())
             .await
