@@ -8,6 +8,7 @@
 //! results, every error code) is valid under the core and Tasks extension JSON Schemas,
 //! and every official request, notification, response and error example reads through it.
 
+pub mod backoff;
 pub mod error;
 pub mod headers;
 pub mod json;
