@@ -63,7 +63,10 @@ mod tests {
             let mut step = 100 * MS;
             for _ in 0..20 {
                 let d = b.next_delay();
-                assert!(d >= step / 2 && d <= step, "{d:?} outside [{step:?}/2, {step:?}]");
+                assert!(
+                    d >= step / 2 && d <= step,
+                    "{d:?} outside [{step:?}/2, {step:?}]"
+                );
                 assert!(d <= 5000 * MS);
                 step = (step * 2).min(5000 * MS);
             }
@@ -78,7 +81,10 @@ mod tests {
         seen.sort();
         seen.dedup();
         assert!(seen.len() > 10, "{seen:?}");
-        assert!(seen[0] < 900 * MS && seen[seen.len() - 1] > 600 * MS, "{seen:?}");
+        assert!(
+            seen[0] < 900 * MS && seen[seen.len() - 1] > 600 * MS,
+            "{seen:?}"
+        );
     }
 
     #[test]

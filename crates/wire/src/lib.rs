@@ -16,6 +16,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod meta;
 pub mod param_headers;
+pub mod requested_schema;
 pub mod results;
 pub mod secret;
 pub mod service_messages;
