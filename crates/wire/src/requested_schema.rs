@@ -328,12 +328,10 @@ impl Field {
                         .map_err(|_| format!("{text:?} is not a whole number"))?;
                     (i as f64, Number::from(i))
                 } else {
-                    let f = text
-                        .parse::<f64>()
+                    text.parse::<f64>()
                         .ok()
                         .and_then(|f| Number::from_f64(f).map(|n| (f, n)))
-                        .ok_or_else(|| format!("{text:?} is not a number"))?;
-                    f
+                        .ok_or_else(|| format!("{text:?} is not a number"))?
                 };
                 if let Some(min) = minimum
                     && value < *min
