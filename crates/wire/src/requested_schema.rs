@@ -325,13 +325,13 @@ impl Field {
                 let (value, n) = if *integer {
                     let i: i64 = text
                         .parse()
-                        .map_err(|_| format!("{text:?} is not a whole number"))?;
+                        .map_err(|_| "a whole number is required".to_owned())?;
                     (i as f64, Number::from(i))
                 } else {
                     text.parse::<f64>()
                         .ok()
                         .and_then(|f| Number::from_f64(f).map(|n| (f, n)))
-                        .ok_or_else(|| format!("{text:?} is not a number"))?
+                        .ok_or_else(|| "a number is required".to_owned())?
                 };
                 if let Some(min) = minimum
                     && value < *min

@@ -206,9 +206,16 @@ fn ask_multi(term: &Term, label: &str, field: &Field) -> Result<Option<Value>, P
             .ok_or(PromptError::Interrupted)?;
         match chosen(field, &picked) {
             Ok(answer) => return Ok(answer),
-            Err(why) => term.write_line(&format!("{why}.")).map_err(io)?,
+            Err(why) => term.write_line(&sentence(&why)).map_err(io)?,
         }
     }
+}
+
+/// `why` as a line of its own: capitalised, with a full stop.
+fn sentence(why: &str) -> String {
+    let mut chars = why.chars();
+    let first = chars.next().map(|c| c.to_uppercase().to_string());
+    format!("{}{}.", first.unwrap_or_default(), chars.as_str())
 }
 
 /// A text or number field, checked as it is typed by the shared model.
