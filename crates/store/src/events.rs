@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use mcp_tasks_wire::backoff::Backoff;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::time::Instant;
 
@@ -95,7 +96,7 @@ impl Default for EventsConfig {
     }
 }
 
-/// Reconnect backoff: doubles from the first to the last.
+/// Reconnect backoff: doubles from the first to the last, jittered.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_LAST: Duration = Duration::from_secs(5);
 
@@ -112,7 +113,7 @@ pub struct Events {
     resync: bool,
     /// When the next connection attempt may start, after a failed one.
     retry_at: Option<Instant>,
-    backoff: Duration,
+    backoff: Backoff,
     nonce: u64,
 }
 
@@ -143,7 +144,7 @@ impl SharedStore {
             connection: None,
             resync: false,
             retry_at: None,
-            backoff: BACKOFF_FIRST,
+            backoff: Backoff::new(BACKOFF_FIRST, BACKOFF_LAST),
             nonce: 0,
         }
     }
@@ -282,17 +283,17 @@ impl Events {
                 });
                 self.resync = true;
                 self.retry_at = None;
-                self.backoff = BACKOFF_FIRST;
+                self.backoff.reset();
             }
             Err(e) => {
+                let delay = self.backoff.next_delay();
                 tracing::warn!(
                     kinds = ?self.kinds,
                     error = %e,
-                    retry_ms = self.backoff.as_millis() as u64,
+                    retry_ms = delay.as_millis() as u64,
                     "LISTEN connection failed"
                 );
-                self.retry_at = Some(Instant::now() + self.backoff);
-                self.backoff = (self.backoff * 2).min(BACKOFF_LAST);
+                self.retry_at = Some(Instant::now() + delay);
             }
         }
     }

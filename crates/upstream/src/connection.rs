@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mcp_tasks_wire::backoff::Backoff;
 use rmcp::ClientHandler;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
@@ -242,7 +243,7 @@ impl Connection {
 
     /// Keeps the connection up until `stop`: connect, wait for it to end, back off, again.
     pub(crate) async fn supervise(self: Arc<Self>, info: ClientConfig, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         loop {
             let bridge = Bridge {
                 name: self.config.name.as_str().into(),
@@ -255,16 +256,18 @@ impl Connection {
                 s = connect(&self.config, bridge, handshake) => s,
                 () = stop.cancelled() => return,
             };
+            // The pause after this attempt, drawn now so the error can say it.
+            let delay;
             match started {
                 Ok((running, stderr)) => {
-                    backoff = Duration::from_millis(200);
+                    backoff.reset();
                     let peer_info = running.peer().peer_info();
                     tracing::info!(
                         upstream = %self.config.name,
                         protocol = %peer_info.as_ref().map_or_else(String::new, |i| i.protocol_version.to_string()),
                         "upstream connected"
                     );
-                    self.set_error(None, backoff);
+                    self.set_error(None, Duration::ZERO);
                     self.peer.send_replace(Some(running.peer().clone()));
                     let ct = running.cancellation_token();
                     let current = running.peer().clone();
@@ -290,10 +293,12 @@ impl Connection {
                         }
                     }
                     self.peer.send_replace(None);
-                    self.set_error(Some("the connection ended; reconnecting"), backoff);
+                    delay = backoff.next_delay();
+                    self.set_error(Some("the connection ended; reconnecting"), delay);
                 }
                 Err(e) => {
-                    self.set_error(Some(&e.text), backoff);
+                    delay = backoff.next_delay();
+                    self.set_error(Some(&e.text), delay);
                     if e.handshake_failed
                         && let Ok(mut h) = self.handshake.lock()
                     {
@@ -303,10 +308,9 @@ impl Connection {
                 }
             }
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return,
             }
-            backoff = (backoff * 2).min(Duration::from_secs(10));
         }
     }
 }

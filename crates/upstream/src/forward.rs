@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks_tools::{Outcome, Tool, ToolContext, ToolError, ToolResult};
+use mcp_tasks_wire::backoff::Backoff;
 use mcp_tasks_wire::{ErrorObject, codes};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
@@ -80,11 +81,10 @@ async fn forward(
 ) -> ToolResult {
     let upstream = conn.name().to_owned();
     let mut last = String::from("not connected");
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     for attempt in 1..=settings.max_attempts {
         if attempt > 1 {
-            ctx.sleep(backoff).await?;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            ctx.sleep(backoff.next_delay()).await?;
         }
         let peer = tokio::select! {
             p = conn.peer_within(CONNECT_WAIT) => p,

@@ -8,6 +8,7 @@
 //! results, every error code) is valid under the core and Tasks extension JSON Schemas,
 //! and every official request, notification, response and error example reads through it.
 
+pub mod backoff;
 pub mod error;
 pub mod headers;
 pub mod json;
@@ -15,6 +16,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod meta;
 pub mod param_headers;
+pub mod requested_schema;
 pub mod results;
 pub mod secret;
 pub mod service_messages;

@@ -618,3 +618,111 @@ fn official_client_capabilities_read_as_declared() {
     with_tasks.insert("extensions".into(), json!({ TASKS_EXTENSION: {} }));
     assert!(ClientCapabilities(with_tasks).declares_tasks());
 }
+
+/// Every official primitive schema, as a property of a requested schema, reads as the
+/// field it describes; and the official elicitation requests read whole.
+#[test]
+fn official_requested_schemas_read_as_typed_fields() {
+    use mcp_tasks_wire::requested_schema::{Choice, Field, Format, Kind, RequestedSchema};
+
+    fn field(definition: &str) -> Field {
+        let property = official::examples_of(definition).remove(0);
+        let schema = json!({ "type": "object", "properties": { "f": property } });
+        let mut read =
+            RequestedSchema::parse(Some(&schema)).unwrap_or_else(|e| panic!("{definition}: {e}"));
+        assert_eq!(read.fields.len(), 1);
+        read.fields.remove(0)
+    }
+    fn choices(pairs: &[(&str, &str)]) -> Vec<Choice> {
+        pairs
+            .iter()
+            .map(|(v, l)| Choice {
+                value: (*v).into(),
+                label: (*l).into(),
+            })
+            .collect()
+    }
+    let rgb = choices(&[("Red", "Red"), ("Green", "Green"), ("Blue", "Blue")]);
+    let hex = choices(&[
+        ("#FF0000", "Red"),
+        ("#00FF00", "Green"),
+        ("#0000FF", "Blue"),
+    ]);
+
+    assert_eq!(
+        field("BooleanSchema").kind,
+        Kind::Boolean {
+            default: Some(false)
+        }
+    );
+    assert_eq!(
+        field("NumberSchema").kind,
+        Kind::Number {
+            integer: false,
+            minimum: Some(0.0),
+            maximum: Some(100.0),
+            default: Some(50.into())
+        }
+    );
+    let string = field("StringSchema");
+    assert_eq!(
+        (string.title.as_deref(), string.description.as_deref()),
+        (Some("Display Name"), Some("Description text"))
+    );
+    assert_eq!(
+        string.kind,
+        Kind::Text {
+            format: Some(Format::Email),
+            min_length: Some(3),
+            max_length: Some(50),
+            default: Some("user@example.com".into())
+        }
+    );
+    assert_eq!(
+        field("UntitledSingleSelectEnumSchema").kind,
+        Kind::Select {
+            choices: rgb.clone(),
+            default: Some("Red".into())
+        }
+    );
+    assert_eq!(
+        field("TitledSingleSelectEnumSchema").kind,
+        Kind::Select {
+            choices: hex.clone(),
+            default: Some("#FF0000".into())
+        }
+    );
+    assert_eq!(
+        field("UntitledMultiSelectEnumSchema").kind,
+        Kind::MultiSelect {
+            choices: rgb,
+            min_items: Some(1),
+            max_items: Some(2),
+            default: vec!["Red".into(), "Green".into()]
+        }
+    );
+    assert_eq!(
+        field("TitledMultiSelectEnumSchema").kind,
+        Kind::MultiSelect {
+            choices: hex,
+            min_items: Some(1),
+            max_items: Some(2),
+            default: vec!["#FF0000".into(), "#00FF00".into()]
+        }
+    );
+
+    for params in official::examples_of("ElicitRequestFormParams")
+        .into_iter()
+        .chain(
+            official::examples_of("ElicitRequest")
+                .into_iter()
+                .map(|r| r["params"].clone()),
+        )
+    {
+        let read = RequestedSchema::parse(params.get("requestedSchema"))
+            .unwrap_or_else(|e| panic!("{params}: {e}"));
+        let names: Vec<&str> = read.fields.iter().map(|f| f.name.as_str()).collect();
+        assert!(names.contains(&"name"), "{params}");
+        assert!(read.fields.iter().any(|f| f.name == "name" && f.required));
+    }
+}

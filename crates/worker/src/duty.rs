@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mcp_tasks_store::DUTY_WAIT_ROUND;
+use mcp_tasks_wire::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
@@ -19,7 +20,7 @@ use crate::Shared;
 pub(crate) async fn duty(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut want = shared.want_duty.subscribe();
     let mut duty = shared.store.duty();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let wanted = *want.borrow_and_update();
         match wanted {
@@ -37,7 +38,7 @@ pub(crate) async fn duty(shared: Arc<Shared>, shutdown: CancellationToken) {
                 };
                 match taken {
                     Ok(()) => {
-                        backoff = Duration::from_millis(100);
+                        backoff.reset();
                         // Busy again, or other tools, by now: pass it on (the loop does).
                         if *want.borrow() == Some(key) {
                             shared.on_duty.store(true, Ordering::SeqCst);
@@ -48,13 +49,13 @@ pub(crate) async fn duty(shared: Arc<Shared>, shutdown: CancellationToken) {
                     Err(e) => {
                         // Without the duty this worker still polls; and while the duty
                         // cannot be had, it answers notifications itself.
-                        tracing::debug!(error = %e, retry_ms = backoff.as_millis() as u64, "could not queue for the wake-up duty");
+                        let delay = backoff.next_delay();
+                        tracing::debug!(error = %e, retry_ms = delay.as_millis() as u64, "could not queue for the wake-up duty");
                         shared.on_duty.store(true, Ordering::SeqCst);
                         tokio::select! {
-                            () = tokio::time::sleep(backoff) => {}
+                            () = tokio::time::sleep(delay) => {}
                             () = shutdown.cancelled() => break,
                         }
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
                         continue;
                     }
                 }

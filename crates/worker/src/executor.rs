@@ -11,6 +11,7 @@ use mcp_tasks_store::{Claimed, Finish, InputOutcome, Lease, WorkerStore};
 use mcp_tasks_tools::{
     BoxFuture, ContextError, Outcome, TaskSink, ToolContext, ToolError, ToolResult,
 };
+use mcp_tasks_wire::backoff::Backoff;
 use mcp_tasks_wire::json::replace_nul;
 use mcp_tasks_wire::service_messages::EndReason;
 use mcp_tasks_wire::{ErrorObject, codes};
@@ -501,18 +502,18 @@ where
     Fut: Future<Output = mcp_tasks_store::Result<T>>,
 {
     let give_up = Instant::now() + within;
-    let mut delay = Duration::from_millis(50).min(pace);
+    let mut backoff = Backoff::new(Duration::from_millis(50), pace);
     loop {
         match tokio::time::timeout_at(give_up, op(store.clone(), lease.clone())).await {
             Ok(Ok(v)) => return Some(v),
-            Ok(Err(e)) if Instant::now() + delay < give_up => {
+            Ok(Err(e)) => {
+                let delay = backoff.next_delay();
+                if Instant::now() + delay >= give_up {
+                    tracing::error!(error = %e, "lease write failed; giving up");
+                    return None;
+                }
                 tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "lease write failed; retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(pace);
-            }
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "lease write failed; giving up");
-                return None;
             }
             Err(_) => {
                 tracing::error!("lease write got no answer in time; giving up");

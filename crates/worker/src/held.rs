@@ -11,7 +11,9 @@ use mcp_tasks_wire::json::replace_nul;
 use serde_json::Value;
 
 /// The first poll comes soon (an answer may already be on its way); then each waits
-/// longer, up to [`SLOWEST_POLL`].
+/// longer, up to [`SLOWEST_POLL`]. Not a retry after failure, so not `Backoff`: the polls
+/// slow down while a person takes their time, and held asks start whenever their handlers
+/// reach them, so there is no herd for jitter to spread.
 const FIRST_POLL: Duration = Duration::from_millis(100);
 const SLOWEST_POLL: Duration = Duration::from_secs(1);
 

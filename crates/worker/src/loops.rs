@@ -8,6 +8,7 @@ use std::time::Duration;
 use mcp_tasks_observe::record as observe;
 use mcp_tasks_store::{ClaimLimits, Event, EventKind, EventsConfig, TaskId};
 use mcp_tasks_tools::Registry;
+use mcp_tasks_wire::backoff::Backoff;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +21,7 @@ const CLAIM_LINGER: Duration = Duration::from_millis(1);
 /// Claims work whenever a slot is free, until `shutdown`.
 pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let config = &shared.config;
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     // The last claim got all it asked for: more is probably waiting.
     let mut backlog = false;
     // The tools, the key of their wake-up duty and the limits of the claims, as of the
@@ -103,17 +104,17 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
             .await
         {
             Ok(claimed) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 claimed
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "claim failed");
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "claim failed");
                 drop(permits);
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(delay) => {}
                     () = shutdown.cancelled() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
         };

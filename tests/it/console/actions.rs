@@ -446,3 +446,71 @@ async fn input_requests_a_form_cannot_express_are_shown_and_only_declined() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_multi_select_is_answered_with_the_boxes_ticked() {
+    let app = TestApp::builder().config(console_on).start().await;
+    let store = &app.db.store;
+    let owner = http_owner("alice");
+    let task = create(store, &owner, new_task("confirm_delete", json!({}))).await;
+    let lease = leased(store, task.id).await;
+    let mut requests = serde_json::Map::new();
+    requests.insert(
+        "colors".into(),
+        json!({ "method": "elicitation/create", "params": { "message": "m", "requestedSchema": {
+            "type": "object",
+            "properties": { "colors": { "type": "array", "title": "Colours", "minItems": 1,
+                "items": { "anyOf": [{ "const": "#f00", "title": "Red" }, { "const": "#0f0", "title": "Green" }, { "const": "#00f", "title": "Blue" }] } } },
+            "required": ["colors"]
+        } } }),
+    );
+    let outcome = store
+        .worker()
+        .request_input(&lease, &requests, Some("waiting"), None)
+        .await
+        .expect("request_input");
+    assert_eq!(outcome, InputOutcome::Applied);
+
+    let alice = Console::new(app.url()).signed_as("default", "alice");
+    alice.open().await;
+    let id = task.id.to_string();
+    let page = alice.task(&id).await;
+    assert!(!page.has("input-unsupported"), "{}", page.body);
+    assert_eq!(
+        page.body
+            .matches(r#"type="checkbox" name="option."#)
+            .count(),
+        3,
+        "{}",
+        page.body
+    );
+    let answer = format!("/console/tasks/{id}/answer");
+    let csrf = page.csrf();
+    let none = alice
+        .post(
+            &answer,
+            &[("csrf", &csrf), ("key", "colors"), ("action", "accept")],
+        )
+        .await;
+    assert_eq!(none.status, 400, "{none:?}");
+    assert!(none.has("choose at least 1"), "{}", none.body);
+    let ticked = alice
+        .post(
+            &answer,
+            &[
+                ("csrf", &csrf),
+                ("key", "colors"),
+                ("action", "accept"),
+                ("option.0.colors", "true"),
+                ("option.2.colors", "true"),
+            ],
+        )
+        .await;
+    assert_eq!(ticked.status, 303, "{ticked:?}");
+    let after = found(store, &owner, task.id).await;
+    assert_eq!(
+        after.input_responses.get("colors"),
+        Some(&json!({ "action": "accept", "content": { "colors": ["#f00", "#00f"] } }))
+    );
+    app.stop().await;
+}

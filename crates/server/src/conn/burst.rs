@@ -36,7 +36,9 @@ impl Burst {
     }
 
     /// Counts one occurrence; returns how long to back off before trying again: from
-    /// 10 ms, doubling up to 1 s while the burst lasts.
+    /// 10 ms, doubling up to 1 s while the burst lasts. Without jitter (not `Backoff`):
+    /// the pause is this process's own accept loop waiting out its own condition (out of
+    /// file descriptors, at the connection cap); there are no peers retrying in step.
     pub(super) fn hit(&mut self, detail: &str) -> Duration {
         let now = Instant::now();
         if self.is_quiet(now) {

@@ -26,10 +26,6 @@ impl Form {
             .map(|(_, v)| v.as_str())
     }
 
-    pub(crate) fn has(&self, name: &str) -> bool {
-        self.fields.iter().any(|(k, _)| k == name)
-    }
-
     /// Reads an `application/x-www-form-urlencoded` body of at most [`MAX_FORM_BYTES`].
     pub(crate) async fn read(state: &AppState, body: Body) -> Result<Self, Response> {
         let timeout = state.config().connections.body_timeout;

@@ -1,124 +1,46 @@
 //! Input requests as forms, and form posts back as answers.
 //!
-//! An `elicitation/create` request's `requestedSchema` (a flat object of primitive
-//! properties, as MCP restricts it) becomes one input per property: a checkbox for a
-//! boolean, a select for an enum, a number input for a number or integer, a text input
-//! for a string; required properties are marked `required` (except booleans: an
-//! unticked box is an answer too). Accept, decline and cancel are the three buttons.
-//! Requests of other kinds (sampling, roots), and schemas a form cannot express, are
-//! shown but can only be declined here. The answer is checked against the schema by
-//! the same validator `tasks/update` uses, when it is applied.
+//! An `elicitation/create` request's `requestedSchema` is read by the model the CLI reads
+//! it with (`mcp_tasks_wire::requested_schema`), so both accept and refuse the same
+//! schemas. Each field becomes one input: a checkbox for a boolean, a select for a
+//! single-select enum, checkboxes for a multi-select, a number input for a number or
+//! integer, a text input for a string; required fields are marked `required` (except
+//! booleans and multi-selects: an unticked box is an answer too, and the number of ticks is
+//! checked on the post). Accept, decline and cancel are the three buttons. Requests of
+//! other kinds (sampling, roots), and schemas the model refuses, are shown with the reason
+//! but can only be declined here. The answer is checked against the schema by the same
+//! validator `tasks/update` uses, when it is applied.
 
 use maud::{Markup, html};
-use serde_json::{Map, Number, Value, json};
+use mcp_tasks_wire::requested_schema::{Field, Kind, RequestedSchema};
+use serde_json::{Map, Value, json};
 
 use super::form::Form;
 
 /// Form field names of schema properties: prefixed, so no property can pose as `csrf`,
 /// `key` or `action`.
 const FIELD: &str = "field.";
+/// A multi-select's checkboxes: `option.<choice index>.<property>`, apart from `field.`.
+const OPTION: &str = "option.";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Boolean,
-    Integer,
-    Number,
-    Text,
-    Choice,
-}
-
-struct Field<'a> {
-    name: &'a str,
-    kind: Kind,
-    title: Option<&'a str>,
-    description: Option<&'a str>,
-    required: bool,
-    choices: Vec<(String, String)>,
-    schema: &'a Map<String, Value>,
-}
-
-/// The fields of a request's schema, or `None` when a form cannot express it.
-fn fields(request: &Value) -> Option<Vec<Field<'_>>> {
-    if request.get("method").and_then(Value::as_str) != Some("elicitation/create") {
-        return None;
-    }
-    let Some(schema) = request.pointer("/params/requestedSchema") else {
-        return Some(Vec::new());
-    };
-    let schema = schema.as_object()?;
-    let required: Vec<&str> = match schema.get("required") {
-        None => Vec::new(),
-        Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
-        Some(_) => return None,
-    };
-    let properties = match schema.get("properties") {
-        None => return Some(Vec::new()),
-        Some(Value::Object(p)) => p,
-        Some(_) => return None,
-    };
-    properties
-        .iter()
-        .map(|(name, property)| {
-            let property = property.as_object()?;
-            let text = |k: &str| property.get(k).and_then(Value::as_str);
-            let choices = choices(property);
-            let kind = match (text("type"), choices.is_empty()) {
-                (Some("string") | None, false) => Kind::Choice,
-                (Some("string"), true) => Kind::Text,
-                (Some("boolean"), _) => Kind::Boolean,
-                (Some("integer"), _) => Kind::Integer,
-                (Some("number"), _) => Kind::Number,
-                _ => return None,
-            };
-            Some(Field {
-                name,
-                kind,
-                title: text("title"),
-                description: text("description"),
-                required: required.contains(&name.as_str()),
-                choices,
-                schema: property,
-            })
-        })
-        .collect()
-}
-
-/// `(value, label)` of an enum: `enum` (with `enumNames`), or `oneOf` of `const`s.
-fn choices(property: &Map<String, Value>) -> Vec<(String, String)> {
-    if let Some(Value::Array(values)) = property.get("enum") {
-        let names = property.get("enumNames").and_then(Value::as_array);
-        return values
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| {
-                let v = v.as_str()?;
-                let label = names
-                    .and_then(|n| n.get(i))
-                    .and_then(Value::as_str)
-                    .unwrap_or(v);
-                Some((v.to_owned(), label.to_owned()))
-            })
-            .collect();
-    }
-    if let Some(Value::Array(options)) = property.get("oneOf") {
-        return options
-            .iter()
-            .filter_map(|o| {
-                let v = o.get("const")?.as_str()?;
-                let label = o.get("title").and_then(Value::as_str).unwrap_or(v);
-                Some((v.to_owned(), label.to_owned()))
-            })
-            .collect();
-    }
-    Vec::new()
-}
-
-/// One pending request as a form posting to the task's answer route.
-pub(crate) fn render(task: &str, key: &str, request: &Value, csrf: &str) -> Markup {
+/// The fields of a request's schema, or why a form cannot express the request.
+fn fields(request: &Value) -> Result<Vec<Field>, String> {
     let method = request
         .get("method")
         .and_then(Value::as_str)
         .unwrap_or("an unknown request");
+    if method != "elicitation/create" {
+        return Err(format!(
+            "This request ({method}) cannot be answered with a form here"
+        ));
+    }
+    RequestedSchema::parse(request.pointer("/params/requestedSchema"))
+        .map(|s| s.fields)
+        .map_err(|e| format!("This request cannot be answered here: {e}"))
+}
+
+/// One pending request as a form posting to the task's answer route.
+pub(crate) fn render(task: &str, key: &str, request: &Value, csrf: &str) -> Markup {
     let message = request.pointer("/params/message").and_then(Value::as_str);
     let fields = fields(request);
     html! {
@@ -127,13 +49,13 @@ pub(crate) fn render(task: &str, key: &str, request: &Value, csrf: &str) -> Mark
             input type="hidden" name="key" value=(key);
             @if let Some(message) = message { p .input-message { (message) } }
             @match &fields {
-                Some(fields) => {
+                Ok(fields) => {
                     @for field in fields { (input(field)) }
                     button type="submit" name="action" value="accept" { "Accept" }
                     " "
                 }
-                None => p .input-unsupported {
-                    "This request (" (method) ") cannot be answered with a form here; an MCP client can answer it."
+                Err(why) => p .input-unsupported {
+                    (why) "; an MCP client can answer it."
                 },
             }
             button type="submit" name="action" value="decline" formnovalidate { "Decline" }
@@ -143,43 +65,44 @@ pub(crate) fn render(task: &str, key: &str, request: &Value, csrf: &str) -> Mark
     }
 }
 
-fn input(field: &Field<'_>) -> Markup {
+fn input(field: &Field) -> Markup {
     let name = format!("{FIELD}{}", field.name);
-    let label = field.title.unwrap_or(field.name);
-    let default = field.schema.get("default");
-    let number = |k: &str| {
-        field
-            .schema
-            .get(k)
-            .and_then(Value::as_f64)
-            .map(|n| n.to_string())
-    };
-    let length = |k: &str| field.schema.get(k).and_then(Value::as_u64);
+    let marked = field.required && !matches!(field.kind, Kind::Boolean { .. });
     html! {
         label {
-            (label)
-            @if field.required && field.kind != Kind::Boolean { " *" }
+            (field.label())
+            @if marked { " *" }
             " "
-            @match field.kind {
-                Kind::Boolean => input type="checkbox" name=(name) value="true"
-                    checked[default == Some(&Value::Bool(true))];
-                Kind::Choice => select name=(name) required[field.required] {
+            @match &field.kind {
+                Kind::Boolean { default } => input type="checkbox" name=(name) value="true"
+                    checked[*default == Some(true)];
+                Kind::Select { choices, default } => select name=(name) required[field.required] {
                     @if !field.required { option value="" { "" } }
-                    @for (value, text) in &field.choices {
-                        option value=(value) selected[default.and_then(Value::as_str) == Some(value.as_str())] { (text) }
+                    @for c in choices {
+                        option value=(c.value) selected[default.as_deref() == Some(c.value.as_str())] { (c.label) }
                     }
                 },
-                Kind::Integer | Kind::Number => input type="number" name=(name)
-                    step=(if field.kind == Kind::Integer { "1" } else { "any" })
-                    min=[number("minimum")] max=[number("maximum")]
-                    value=[default.filter(|d| d.is_number()).map(Value::to_string)]
+                Kind::MultiSelect { choices, default, .. } => span .input-choices {
+                    @for (i, c) in choices.iter().enumerate() {
+                        label {
+                            input type="checkbox" name={ (OPTION) (i) "." (field.name) } value="true"
+                                checked[default.contains(&c.value)];
+                            " " (c.label)
+                        }
+                        " "
+                    }
+                },
+                Kind::Number { integer, minimum, maximum, default } => input type="number" name=(name)
+                    step=(if *integer { "1" } else { "any" })
+                    min=[minimum.map(|n| n.to_string())] max=[maximum.map(|n| n.to_string())]
+                    value=[default.as_ref().map(ToString::to_string)]
                     required[field.required];
-                Kind::Text => input type="text" name=(name)
-                    minlength=[length("minLength")] maxlength=[length("maxLength")]
-                    value=[default.and_then(Value::as_str)]
+                Kind::Text { min_length, max_length, default, .. } => input type="text" name=(name)
+                    minlength=[*min_length] maxlength=[*max_length]
+                    value=[default.as_deref()]
                     required[field.required];
             }
-            @if let Some(description) = field.description { " " small { (description) } }
+            @if let Some(description) = &field.description { " " small { (description) } }
         }
     }
 }
@@ -187,42 +110,44 @@ fn input(field: &Field<'_>) -> Markup {
 /// The answer a posted form gives `request`: `{action}` and, when accepted, `content`
 /// from the schema's fields. `Err` says what in the form is wrong.
 pub(crate) fn answer(request: &Value, form: &Form) -> Result<Value, String> {
-    let action = form.get("action").unwrap_or("accept");
+    answer_with(request, |name| form.get(name))
+}
+
+/// [`answer`], reading the post's fields through `get` (the first value of a name).
+fn answer_with<'f>(
+    request: &Value,
+    get: impl Fn(&str) -> Option<&'f str>,
+) -> Result<Value, String> {
+    let has = |name: &str| get(name).is_some();
+    let action = get("action").unwrap_or("accept");
     match action {
         "decline" | "cancel" => return Ok(json!({ "action": action })),
         "accept" => {}
         other => return Err(format!("unknown action {other:?}")),
     }
-    let Some(fields) = fields(request) else {
-        return Err("this request cannot be accepted with a form; decline or cancel it".into());
-    };
+    let fields = fields(request).map_err(|why| format!("{why}; decline or cancel it"))?;
     let mut content = Map::new();
     for field in &fields {
         let name = format!("{FIELD}{}", field.name);
-        let raw = form.get(&name).map(str::trim);
-        let value = match field.kind {
-            Kind::Boolean => Some(Value::Bool(form.has(&name))),
-            _ if raw.is_none_or(str::is_empty) => None,
-            Kind::Integer => {
-                let raw = raw.unwrap_or_default();
-                let n: i64 = raw
-                    .parse()
-                    .map_err(|_| format!("{}: {raw:?} is not a whole number", field.name))?;
-                Some(Value::from(n))
+        let raw = get(&name).map(str::trim);
+        let value = match &field.kind {
+            Kind::Boolean { .. } => Some(Ok(Value::Bool(has(&name)))),
+            Kind::MultiSelect { choices, .. } => {
+                let chosen: Vec<usize> = (0..choices.len())
+                    .filter(|i| has(&format!("{OPTION}{i}.{}", field.name)))
+                    .collect();
+                // Nothing ticked on an optional field is no answer, as an empty text is.
+                if chosen.is_empty() && !field.required {
+                    None
+                } else {
+                    Some(field.read_choices(&chosen))
+                }
             }
-            Kind::Number => {
-                let raw = raw.unwrap_or_default();
-                let n = raw
-                    .parse::<f64>()
-                    .ok()
-                    .and_then(Number::from_f64)
-                    .ok_or_else(|| format!("{}: {raw:?} is not a number", field.name))?;
-                Some(Value::Number(n))
-            }
-            Kind::Text | Kind::Choice => raw.map(|s| Value::String(s.to_owned())),
+            _ => raw.filter(|r| !r.is_empty()).map(|r| field.read_text(r)),
         };
         if let Some(value) = value {
-            content.insert(field.name.to_owned(), value);
+            let value = value.map_err(|why| format!("{}: {why}", field.name))?;
+            content.insert(field.name.clone(), value);
         }
     }
     Ok(json!({ "action": "accept", "content": content }))
@@ -282,11 +207,65 @@ mod tests {
             );
             assert!(answer(&r, &Form::default()).is_err());
         }
+        let why = render(
+            "t",
+            "k",
+            &request(json!({ "properties": { "a": { "type": "array" } } })),
+            "c",
+        )
+        .into_string();
+        assert!(
+            why.contains("property &quot;a&quot;: an array without"),
+            "{why}"
+        );
         let sampling = json!({ "method": "sampling/createMessage" });
         assert!(
             render("t", "k", &sampling, "c")
                 .into_string()
                 .contains("input-unsupported")
         );
+    }
+
+    /// The official multi-select example, which the CLI's prompt tests read too: both
+    /// offer its three labelled choices and answer with the chosen values.
+    const MULTI_SELECT: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../wire/tests/official/examples/TitledMultiSelectEnumSchema/titled-color-multi-select-schema.json"
+    ));
+
+    #[test]
+    fn a_multi_select_is_a_row_of_checkboxes_and_answers_with_the_values_ticked() {
+        let property: Value = serde_json::from_str(MULTI_SELECT).expect("the example");
+        let r = request(
+            json!({ "type": "object", "properties": { "colors": property }, "required": ["colors"] }),
+        );
+        let html = render("t", "k", &r, "c").into_string();
+        assert!(!html.contains("input-unsupported"), "{html}");
+        for (i, label) in ["Red", "Green", "Blue"].iter().enumerate() {
+            assert!(
+                html.contains(&format!(r#"name="option.{i}.colors" value="true""#)),
+                "{html}"
+            );
+            assert!(html.contains(&format!(" {label}</label>")), "{html}");
+        }
+        // The default ticks the first two.
+        assert_eq!(html.matches("checked").count(), 2, "{html}");
+
+        let post = |ticked: &[usize]| {
+            let names: Vec<String> = ticked
+                .iter()
+                .map(|i| format!("option.{i}.colors"))
+                .collect();
+            answer_with(&r, |name| names.iter().any(|n| n == name).then_some("true"))
+        };
+        assert_eq!(
+            post(&[0, 2]),
+            Ok(json!({ "action": "accept", "content": { "colors": ["#FF0000", "#0000FF"] } }))
+        );
+        assert_eq!(
+            post(&[]),
+            Err("colors: choose at least 1 and at most 2".into())
+        );
+        assert!(post(&[0, 1, 2]).is_err());
     }
 }

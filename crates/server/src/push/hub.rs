@@ -21,6 +21,7 @@ use mcp_tasks_store::{
     Event, EventKind, EventsConfig, Owner, ReplicaStore, StoreError, TaskId, TaskRecord, Tenants,
 };
 use mcp_tasks_wire::TaskStatus;
+use mcp_tasks_wire::backoff::Backoff;
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -386,7 +387,7 @@ async fn listen_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
 
 /// Reads dirty tasks in batches: one query however many notifications arrived.
 async fn fetch_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         tokio::select! {
             () = inner.dirty_ready.notified() => {}
@@ -407,17 +408,16 @@ async fn fetch_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
         }
         match inner.store.get_tasks(&keys).await {
             Ok(records) => {
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 inner.publish(&keys, records);
             }
             Err(e) => {
                 tracing::warn!(error = %e, tasks = keys.len(), "push: could not read changed tasks; retrying");
                 inner.mark_dirty(keys.into_iter().map(|(_, id)| id));
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(backoff.next_delay()) => {}
                     () = shutdown.cancelled() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
