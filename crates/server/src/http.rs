@@ -20,9 +20,10 @@ use crate::auth::AuthError;
 use crate::error::RpcError;
 use crate::{AppState, dispatch, session};
 
+/// The API's routes: `/mcp`, health, readiness, metrics and the protected-resource
+/// metadata. The binary serves them with the console's (`mcp-tasks-console`) merged in.
 pub fn router(state: AppState) -> Router {
-    let console = state.config().console.is_some();
-    let router = Router::new()
+    Router::new()
         .route("/mcp", any(mcp))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -34,13 +35,8 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/.well-known/oauth-protected-resource/{*path}",
             get(resource_metadata),
-        );
-    let router = if console {
-        router.merge(crate::console::routes(state.clone()))
-    } else {
-        router
-    };
-    router.with_state(state)
+        )
+        .with_state(state)
 }
 
 /// `GET /metrics` alone, for a listener of its own (`--metrics-listen`): with it the
