@@ -5,9 +5,9 @@
 //! and every task lives in PostgreSQL. Any replica can answer any request, so replicas
 //! scale behind a plain load balancer.
 //!
-//! The request path, in order (see `http.rs` and `dispatch.rs`): Host/Origin check →
-//! authentication → media type and body size → JSON-RPC envelope → `_meta` → routing
-//! headers → protocol version → method.
+//! The request path, in order (see `http/extract.rs` and `dispatch.rs`): Host/Origin
+//! check → authentication → rate limit → media type and body size → JSON-RPC envelope →
+//! `_meta` → routing headers → protocol version → method.
 
 mod answers;
 mod auth;
