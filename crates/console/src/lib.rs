@@ -20,6 +20,11 @@
 //!
 //! `list`, `inbox` and `health` are the other pages; they use [`session::Viewer`] and
 //! [`layout::page`] like the task page does.
+//!
+//! The console is served beside the API, not by it: the binary merges [`routes`] into
+//! `mcp_tasks_server::router` of the same state. It reaches the replica only through
+//! `AppState` and the server's `core` module, so what it does that the API does too
+//! (cancel, answers, streams and their limits, access) is the API's own code.
 
 mod actions;
 mod extract;
