@@ -18,8 +18,8 @@
 //! same 404 as an id that never existed. Every POST carries the session's CSRF token and
 //! no foreign `Origin`.
 //!
-//! `list`, `inbox` and `health` are the other pages; they use [`session::Viewer`] and
-//! [`layout::page`] like the task page does.
+//! `list`, `inbox` and `health` are the other pages; they use `session::Viewer` and
+//! `layout::page` like the task page does.
 //!
 //! The console is served beside the API, not by it: the binary merges [`routes`] into
 //! `mcp_tasks_server::router` of the same state. It reaches the replica only through

@@ -44,7 +44,7 @@ impl StreamCounts {
         self.try_open_as(owner, &[(Kind::Any, limit)], &[Kind::Any])
     }
 
-    /// A health stream: within `limit` for every kind and [`MAX_HEALTH_STREAMS`] (or
+    /// A health stream: within `limit` for every kind and `MAX_HEALTH_STREAMS` (or
     /// `limit`, if lower) for health streams.
     pub fn try_open_health(self: &Arc<Self>, owner: &Owner, limit: usize) -> Option<StreamPermit> {
         self.try_open_as(
