@@ -109,7 +109,8 @@ pub struct ServerConfig {
     /// its own serves them ([`crate::serve_metrics`]), so the port clients reach need not
     /// show them: 404 there then.
     pub metrics_on_listener: bool,
-    /// The web console at `/console`; `None` leaves it unserved (404).
+    /// The web console at `/console` (`mcp-tasks-console`, merged in by the binary); `None`
+    /// leaves it unserved (404), and the push hub does not listen for what only it needs.
     pub console: Option<crate::ConsoleConfig>,
     /// How the queue is shared: a new task's place in it comes from its tenant's weight
     /// and its priority (the configuration file's scheduling sections).

@@ -8,11 +8,11 @@ use mcp_tasks_wire::{ErrorObject, codes};
 /// version, capabilities) carry the 4xx status the transport spec assigns; errors a
 /// method reports about its own params travel with 200, like any other response.
 #[derive(Debug, Clone)]
-pub(crate) struct RpcError {
-    pub(crate) error: ErrorObject,
-    pub(crate) status: StatusCode,
+pub struct RpcError {
+    pub error: ErrorObject,
+    pub status: StatusCode,
     /// Seconds, for 429 and 503.
-    pub(crate) retry_after: Option<u64>,
+    pub retry_after: Option<u64>,
 }
 
 impl RpcError {

@@ -5,16 +5,17 @@
 //! and every task lives in PostgreSQL. Any replica can answer any request, so replicas
 //! scale behind a plain load balancer.
 //!
-//! The request path, in order (see `http.rs` and `dispatch.rs`): Host/Origin check →
-//! authentication → media type and body size → JSON-RPC envelope → `_meta` → routing
-//! headers → protocol version → method.
+//! The request path, in order (see `http/extract.rs` and `dispatch.rs`): Host/Origin
+//! check → authentication → rate limit → media type and body size → JSON-RPC envelope →
+//! `_meta` → routing headers → protocol version → method.
 
 mod answers;
 mod auth;
 mod catalog;
 mod config;
 mod conn;
-mod console;
+mod console_config;
+pub mod core;
 mod dispatch;
 mod error;
 mod http;
@@ -49,7 +50,7 @@ pub use auth::{
 pub use config::{AllowedHosts, ServerConfig};
 pub use conn::serve;
 pub use conn::settings::{ConnectionConfig, ConnectionLimit};
-pub use console::{AdminClaim, ConsoleConfig};
+pub use console_config::{AdminClaim, ConsoleConfig};
 pub use http::{metrics_router, router, serve_metrics};
 pub use limits::RateLimit;
 pub use push::HubConfig;
@@ -87,8 +88,6 @@ struct Inner {
     waker: Waker,
     streams: Arc<StreamCounts>,
     rate: Option<RateLimiter>,
-    /// What the console learnt of the OAuth authorization server (see `console::oauth`).
-    console_oauth: console::OAuthCache,
     background: Background,
 }
 
@@ -165,13 +164,14 @@ impl AppState {
                 waker,
                 streams: Arc::new(StreamCounts::default()),
                 rate: config_rate.map(RateLimiter::new),
-                console_oauth: console::OAuthCache::default(),
                 background,
             }),
         }
     }
 
-    fn hub(&self) -> &Hub {
+    /// The push hub: what the replica's streams (listen streams, the console's live
+    /// parts) follow of their tasks.
+    pub fn hub(&self) -> &Hub {
         &self.inner.hub
     }
 
@@ -180,15 +180,19 @@ impl AppState {
         self.inner.waker.wake(tenant);
     }
 
-    fn console_oauth(&self) -> &console::OAuthCache {
-        &self.inner.console_oauth
-    }
-
     fn rate_limiter(&self) -> Option<&RateLimiter> {
         self.inner.rate.as_ref()
     }
 
-    fn streams(&self) -> &Arc<StreamCounts> {
+    /// Whether `owner` is past the replica's rate limit now (a request counted against
+    /// it, as an API request is); never, without one.
+    pub fn over_rate_limit(&self, owner: &mcp_tasks_store::Owner) -> bool {
+        self.rate_limiter()
+            .is_some_and(|limiter| limiter.check(owner, std::time::Instant::now()).is_err())
+    }
+
+    /// The streams each owner holds open on this replica, to count a new one against.
+    pub fn streams(&self) -> &Arc<StreamCounts> {
         &self.inner.streams
     }
 
@@ -203,12 +207,12 @@ impl AppState {
     }
 
     /// What the web console reads.
-    fn console_reads(&self) -> &ConsoleReads {
+    pub fn console_reads(&self) -> &ConsoleReads {
         &self.inner.console_reads
     }
 
     /// Ended 2025-era sessions and console refresh turns.
-    fn sessions(&self) -> &Sessions {
+    pub fn sessions(&self) -> &Sessions {
         &self.inner.sessions
     }
 
@@ -227,11 +231,13 @@ impl AppState {
         &self.inner.config
     }
 
-    fn auth(&self) -> &dyn Authenticator {
+    /// The API's authenticator (the console verifies its sessions' tokens with it).
+    pub fn auth(&self) -> &dyn Authenticator {
         self.inner.auth.as_ref()
     }
 
-    fn state_keys(&self) -> &StateKeys {
+    /// The replica's keys: what it signs and encrypts with (the console's cookies too).
+    pub fn state_keys(&self) -> &StateKeys {
         &self.inner.state_keys
     }
 

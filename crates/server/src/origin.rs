@@ -7,10 +7,7 @@ use crate::config::AllowedHosts;
 
 /// DNS-rebinding defence: the `Host` must be one this replica answers to, and an
 /// `Origin`, when a browser sends one, must name an allowed host too.
-pub(crate) fn check_host_and_origin(
-    allowed: &AllowedHosts,
-    headers: &HeaderMap,
-) -> Result<(), String> {
+pub fn check_host_and_origin(allowed: &AllowedHosts, headers: &HeaderMap) -> Result<(), String> {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())

@@ -86,7 +86,7 @@ impl StateKeys {
 
     /// `{prefix}{base64(payload)}.{base64(tag)}`: the prefix names what the token is, and
     /// is covered by the tag, so a token of one kind never verifies as another.
-    pub(crate) fn seal(&self, prefix: &str, payload: &[u8]) -> String {
+    pub fn seal(&self, prefix: &str, payload: &[u8]) -> String {
         let signed = format!("{prefix}{}", B64.encode(payload));
         let tag = Self::mac(&self.keys[0], &signed).finalize().into_bytes();
         format!("{signed}.{}", B64.encode(tag))
@@ -94,7 +94,7 @@ impl StateKeys {
 
     /// The payload of a token [`Self::seal`]ed with `prefix` under any of the keys, or
     /// `None` when it is malformed, of another kind, longer than `max_bytes`, or forged.
-    pub(crate) fn open(&self, prefix: &str, token: &str, max_bytes: usize) -> Option<Vec<u8>> {
+    pub fn open(&self, prefix: &str, token: &str, max_bytes: usize) -> Option<Vec<u8>> {
         if token.len() > max_bytes {
             return None;
         }

@@ -35,7 +35,7 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(5);
 pub(crate) const RECHECK_GAP: Duration = Duration::from_secs(1);
 
 /// The events of one SSE response, in order; `None` ends the response.
-pub(crate) trait EventSource: Send + 'static {
+pub trait EventSource: Send + 'static {
     fn next_event(&mut self) -> impl Future<Output = Option<Event>> + Send;
 
     /// The last event of a stream the shell ends (`None`: it just ends).
@@ -46,7 +46,7 @@ pub(crate) trait EventSource: Send + 'static {
 
 /// Why the shell ended a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End {
+pub enum End {
     /// The credentials expired, or are refused now.
     Expired,
     /// The session was ended (signed out, `DELETE`), on whichever replica.
@@ -58,7 +58,7 @@ pub(crate) enum End {
 }
 
 impl End {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Expired => "credentials expired or refused",
             Self::Revoked => "session ended",
@@ -70,7 +70,7 @@ impl End {
 
 /// What a check of a stream's credentials found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Checked {
+pub enum Checked {
     /// The stream may go on, until `expires` at the latest.
     Good {
         expires: Option<SystemTime>,
@@ -81,7 +81,7 @@ pub(crate) enum Checked {
 }
 
 /// What a stream's right to go on rests on, checked again while it is open.
-pub(crate) trait Standing: Send + 'static {
+pub trait Standing: Send + 'static {
     fn check(&mut self, state: &AppState) -> impl Future<Output = Checked> + Send;
 }
 
@@ -126,14 +126,14 @@ impl Standing for Bearer {
 }
 
 /// When verified `claims` expire (`exp`, seconds since the epoch).
-pub(crate) fn expiry(claims: Option<&Map<String, Value>>) -> Option<SystemTime> {
+pub fn expiry(claims: Option<&Map<String, Value>>) -> Option<SystemTime> {
     let exp = claims?.get("exp")?.as_f64()?;
     (exp.is_finite() && exp >= 0.0)
         .then(|| SystemTime::UNIX_EPOCH + Duration::from_secs_f64(exp.min(4e11)))
 }
 
 /// The sooner of two expiries (`None`: never).
-pub(crate) fn sooner(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+pub fn sooner(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -143,11 +143,7 @@ pub(crate) fn sooner(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<Sys
 /// The `text/event-stream` response that sends `source`'s events, with the replica's
 /// keep-alive interval, for as long as `standing` holds and the replica's maximum stream
 /// lifetime allows.
-pub(crate) fn response(
-    state: &AppState,
-    source: impl EventSource,
-    standing: impl Standing,
-) -> Response {
+pub fn response(state: &AppState, source: impl EventSource, standing: impl Standing) -> Response {
     let guard = Guard::new(state, standing);
     let events = stream::unfold(Some((source, guard)), |shell| async move {
         let (mut source, mut guard) = shell?;
@@ -285,6 +281,6 @@ impl<G: Standing> Guard<G> {
 }
 
 /// One SSE event carrying one JSON-RPC message on a single `data:` line.
-pub(crate) fn frame(message: &Value) -> Event {
+pub fn frame(message: &Value) -> Event {
     Event::default().data(message.to_string())
 }

@@ -207,7 +207,9 @@ impl InProcess {
                 state_keys(),
                 shutdown.clone(),
             );
-            (db, mcp_tasks_server::router(state))
+            let app =
+                mcp_tasks_server::router(state.clone()).merge(mcp_tasks_console::routes(state));
+            (db, app)
         });
         Self {
             rt,

@@ -103,8 +103,10 @@ impl Replica {
             shutdown.clone(),
         );
         let stop = shutdown.clone();
+        let app =
+            mcp_tasks_server::router(state.clone()).merge(mcp_tasks_console::routes(state.clone()));
         let task = tokio::spawn(async move {
-            mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await })
+            mcp_tasks_server::serve(listener, state, app, async move { stop.cancelled().await })
                 .await
                 .expect("serve");
         });

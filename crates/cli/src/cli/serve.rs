@@ -396,7 +396,11 @@ pub(super) async fn serve(
         }
     };
     let stop = shutdown.clone();
-    let served = mcp_tasks_server::serve(listener, state, async move { stop.cancelled().await });
+    // The API with the console beside it (its routes are none when it is off).
+    let app =
+        mcp_tasks_server::router(state.clone()).merge(mcp_tasks_console::routes(state.clone()));
+    let served =
+        mcp_tasks_server::serve(listener, state, app, async move { stop.cancelled().await });
     // In-flight requests finish, listen streams end with their result; a connection that
     // still lingers after the drain does not keep the process alive.
     let drain_limit = Duration::from_millis(args.drain_grace_ms) + Duration::from_secs(5);

@@ -53,11 +53,15 @@ const H2_MAX_PENDING_RESETS: usize = 20;
 /// closes the connection (hyper's default, RUSTSEC-2024-0003).
 const H2_MAX_LOCAL_RESETS: usize = 1024;
 
-/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, asks
+/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, asks
 /// every connection to close once its requests are answered, and returns when they have.
+/// `app` is [`router`](crate::router) for `state`, with whatever else the binary serves
+/// beside the API merged in (the console's routes): the server does not know them, only
+/// how to serve them.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
+    app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let config = state.config().connections.clone();
@@ -72,7 +76,7 @@ pub async fn serve(
     );
     let server = Arc::new(Server {
         builder: builder(&config),
-        router: http::router(state.clone()),
+        router: app,
         registry: Registry::new(),
         cap: limit.max_connections,
         config,

@@ -56,7 +56,7 @@ impl Default for HubConfig {
 
 /// What a subscriber sees of a task.
 #[derive(Debug, Clone)]
-pub(crate) enum Snapshot {
+pub enum Snapshot {
     /// Not read yet.
     Loading,
     Task(Arc<TaskSnapshot>),
@@ -67,15 +67,15 @@ pub(crate) enum Snapshot {
 /// One version of a task, as clients see it. Only the client-visible part is kept (not
 /// arguments, answers or lease bookkeeping): thousands of these live in a busy replica.
 #[derive(Debug)]
-pub(crate) struct TaskSnapshot {
-    pub(crate) version: i64,
-    pub(crate) status: TaskStatus,
+pub struct TaskSnapshot {
+    pub version: i64,
+    pub status: TaskStatus,
     /// The attempt the task is on (`TaskRecord::current_attempt`), and how many it may
     /// have (the console's list shows them).
-    pub(crate) attempt: i32,
-    pub(crate) max_attempts: i32,
+    pub attempt: i32,
+    pub max_attempts: i32,
     /// The `DetailedTask` as `tasks/get` shows it, without `resultType`.
-    pub(crate) detailed: Map<String, Value>,
+    pub detailed: Map<String, Value>,
 }
 
 impl TaskSnapshot {
@@ -185,14 +185,14 @@ impl Inner {
 
 /// Cheap to clone; all clones share one hub.
 #[derive(Clone)]
-pub(crate) struct Hub {
+pub struct Hub {
     inner: Arc<Inner>,
 }
 
 /// A subscription to one task. Dropping it releases the hub's interest.
-pub(crate) struct Watcher {
-    pub(crate) id: TaskId,
-    pub(crate) rx: watch::Receiver<Snapshot>,
+pub struct Watcher {
+    pub id: TaskId,
+    pub rx: watch::Receiver<Snapshot>,
     _guard: WatchGuard,
 }
 
@@ -247,7 +247,7 @@ impl Hub {
     /// `mcp_tasks_runnable`, see `mcp_tasks_store::Waker`) and on every resync, so a
     /// console list of that tenant can re-read what may have appeared; a wake-up of other
     /// tenants leaves it be. Never moves unless the hub was started with `hear_runnable`.
-    pub(crate) fn runnable(&self, tenant: &str) -> watch::Receiver<u64> {
+    pub fn runnable(&self, tenant: &str) -> watch::Receiver<u64> {
         let mut runnable = self
             .inner
             .runnable
@@ -262,7 +262,7 @@ impl Hub {
 
     /// Subscribes to tasks of `owner`. Ids that are not this owner's tasks are left out
     /// of the result, indistinguishably from ids that do not exist.
-    pub(crate) async fn subscribe(
+    pub async fn subscribe(
         &self,
         owner: &Owner,
         ids: &[TaskId],

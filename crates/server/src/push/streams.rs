@@ -27,12 +27,12 @@ pub(crate) enum Kind {
 
 /// Open streams per owner on this replica.
 #[derive(Default)]
-pub(crate) struct StreamCounts {
+pub struct StreamCounts {
     counts: Mutex<HashMap<(Owner, Kind), usize>>,
 }
 
 /// One open stream; released when the stream ends.
-pub(crate) struct StreamPermit {
+pub struct StreamPermit {
     counts: Arc<StreamCounts>,
     owner: Owner,
     kinds: &'static [Kind],
@@ -40,17 +40,13 @@ pub(crate) struct StreamPermit {
 
 impl StreamCounts {
     /// A stream of any kind, within `limit`.
-    pub(crate) fn try_open(self: &Arc<Self>, owner: &Owner, limit: usize) -> Option<StreamPermit> {
+    pub fn try_open(self: &Arc<Self>, owner: &Owner, limit: usize) -> Option<StreamPermit> {
         self.try_open_as(owner, &[(Kind::Any, limit)], &[Kind::Any])
     }
 
-    /// A health stream: within `limit` for every kind and [`MAX_HEALTH_STREAMS`] (or
+    /// A health stream: within `limit` for every kind and `MAX_HEALTH_STREAMS` (or
     /// `limit`, if lower) for health streams.
-    pub(crate) fn try_open_health(
-        self: &Arc<Self>,
-        owner: &Owner,
-        limit: usize,
-    ) -> Option<StreamPermit> {
+    pub fn try_open_health(self: &Arc<Self>, owner: &Owner, limit: usize) -> Option<StreamPermit> {
         self.try_open_as(
             owner,
             &[

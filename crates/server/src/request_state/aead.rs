@@ -31,7 +31,7 @@ fn aead_key(state_key: &[u8]) -> LessSafeKey {
 impl StateKeys {
     /// `{prefix}{base64(nonce ‖ ciphertext ‖ tag)}`: `payload` encrypted and
     /// authenticated under the first key, the prefix authenticated too.
-    pub(crate) fn encrypt(&self, prefix: &str, payload: &[u8]) -> String {
+    pub fn encrypt(&self, prefix: &str, payload: &[u8]) -> String {
         let nonce: [u8; NONCE_LEN] = rand::random();
         let mut sealed = Vec::with_capacity(NONCE_LEN + payload.len() + 16);
         sealed.extend_from_slice(&nonce);
@@ -51,7 +51,7 @@ impl StateKeys {
     /// The payload of a token [`Self::encrypt`]ed with `prefix` under any of the keys, or
     /// `None` when it is malformed, of another kind, longer than `max_bytes`, altered in
     /// any byte, or sealed under a key this replica does not have.
-    pub(crate) fn decrypt(&self, prefix: &str, token: &str, max_bytes: usize) -> Option<Vec<u8>> {
+    pub fn decrypt(&self, prefix: &str, token: &str, max_bytes: usize) -> Option<Vec<u8>> {
         if token.len() > max_bytes {
             return None;
         }

@@ -82,7 +82,7 @@ impl InputRequestId {
 }
 
 /// A fresh session nonce: 128 random bits, hex.
-pub(crate) fn nonce() -> String {
+pub fn nonce() -> String {
     rand::random::<[u8; 16]>()
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -24,9 +24,9 @@ use super::layout;
 use super::live::Requery;
 use super::session::Viewer;
 use super::standing::Signed;
-use crate::AppState;
-use crate::push::streams::StreamPermit;
-use crate::sse::{self, EventSource};
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::core::StreamPermit;
+use mcp_tasks_server::core::sse::{self, EventSource};
 
 /// How often the figures are read again when nothing said to.
 pub(super) const BACKSTOP: Duration = Duration::from_secs(10);

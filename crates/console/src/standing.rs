@@ -9,8 +9,8 @@
 use axum::http::{HeaderMap, header};
 
 use super::session::{NoViewer, Viewer};
-use crate::AppState;
-use crate::sse::{Checked, End, Standing};
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::core::{Checked, End, Standing};
 
 pub(crate) struct Signed {
     /// The request's headers, without its cookies (the session stands for them).

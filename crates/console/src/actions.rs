@@ -1,19 +1,19 @@
 //! The task page's actions. Each applies exactly what the API method does, through the
-//! same code: cancel is `tasks/cancel`'s, an answer goes through `tasks/update`'s checks
-//! and `answers::apply_to_task`. Then 303 back to the task page.
+//! same code (the server's `core`): cancel is `tasks/cancel`'s, an answer goes through
+//! `tasks/update`'s checks and is applied as it applies one. Then 303 back to the task
+//! page.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use serde_json::{Map, Value};
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::core::{self, RpcError};
+use serde_json::Map;
 
 use super::form::Form;
 use super::session::Viewer;
 use super::{layout, schema_form, task};
-use crate::AppState;
-use crate::error::RpcError;
-use crate::params::{refuse_larger, refuse_nul};
 
 /// `POST /console/tasks/{id}/cancel`: by the task's owner, or an admin of its tenant.
 pub(crate) async fn cancel(
@@ -30,7 +30,7 @@ pub(crate) async fn cancel(
         Ok(task) => task,
         Err(response) => return response,
     };
-    match crate::tasks_methods::cancel(&state, &task.owner, task.id).await {
+    match core::cancel(&state, &task.owner, task.id).await {
         Ok(_) => back(&task.id.to_string()),
         Err(e) => failed(e),
     }
@@ -69,22 +69,7 @@ pub(crate) async fn answer(
     };
     let mut responses = Map::new();
     responses.insert(key.to_owned(), response);
-    let mut params = Map::new();
-    params.insert("inputResponses".into(), Value::Object(responses));
-    let checked = refuse_nul(&params, "inputResponses").and_then(|()| {
-        refuse_larger(
-            &params,
-            "inputResponses",
-            state.config().max_input_response_bytes,
-        )
-    });
-    if let Err(e) = checked {
-        return failed(e);
-    }
-    let Some(Value::Object(responses)) = params.get("inputResponses") else {
-        return failed(RpcError::internal());
-    };
-    match crate::answers::apply_to_task(&state, &task.owner, task.id, responses).await {
+    match core::answer(&state, &task.owner, task.id, responses).await {
         Ok(()) => back(&id),
         Err(e) => failed(e),
     }

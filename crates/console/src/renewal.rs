@@ -24,8 +24,10 @@ use sha2::{Digest, Sha256};
 
 use super::session::{COOKIE, MAX_TOKEN_BYTES, NoViewer, Session, Viewer, cookie_name, now_ms};
 use super::{layout, oauth, signin};
-use crate::AppState;
-use crate::session::context::time_of;
+use mcp_tasks_server::AppState;
+
+use crate::Console;
+use mcp_tasks_server::core::time_of;
 
 /// How long a renewal's successor is remembered for the requests still carrying the
 /// refresh token it spent.
@@ -74,7 +76,7 @@ impl Session {
 /// spent the same refresh token, or by spending it at the token endpoint; never when it
 /// was signed out.
 pub(crate) async fn renew(
-    state: &AppState,
+    state: &Console,
     headers: &HeaderMap,
     session: &Session,
 ) -> Result<Session, RenewError> {
@@ -112,7 +114,7 @@ pub(crate) async fn renew(
 }
 
 async fn exchange(
-    state: &AppState,
+    state: &Console,
     session: &Session,
     refresh: &str,
 ) -> Result<Session, RenewError> {
@@ -157,7 +159,7 @@ async fn exchange(
 /// the viewer it resolved, so handlers do not verify the token again), and the answer
 /// sets the new cookie unless the handler set one itself (signing out).
 pub(crate) async fn middleware(
-    State(state): State<AppState>,
+    State(state): State<Console>,
     mut request: Request,
     next: Next,
 ) -> Response {

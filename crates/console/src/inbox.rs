@@ -13,12 +13,14 @@ use mcp_tasks_store::TaskSummary;
 
 use super::session::Viewer;
 use super::{layout, script, timeline};
-use crate::AppState;
+use mcp_tasks_server::AppState;
+
+use crate::Console;
 
 /// Most tasks listed.
 pub(super) const LIMIT: i64 = 200;
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<Console> {
     Router::new().route("/console/inbox", get(page))
 }
 

@@ -18,10 +18,10 @@ use axum::response::Response;
 use mcp_tasks_store::{Owner, Revocation, StoreError, TaskRecord};
 use serde::{Deserialize, Serialize};
 
-use super::config::ConsoleConfig;
-use crate::AppState;
-use crate::auth::AuthError;
-use crate::session::context::time_of;
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::AuthError;
+use mcp_tasks_server::ConsoleConfig;
+use mcp_tasks_server::core::time_of;
 
 pub(crate) const COOKIE: &str = "mcp_tasks_console";
 /// `mcpc1.` cookies (signed, not encrypted) open no more: their holders sign in again.
@@ -81,7 +81,7 @@ impl Session {
             refresh: None,
             renew_ms: None,
             client_id: None,
-            nonce: crate::session::token::nonce(),
+            nonce: mcp_tasks_server::core::nonce(),
             issued_ms: now,
             expires_ms: now.saturating_add(ttl),
         }
@@ -340,12 +340,7 @@ impl Viewer {
             (Some(claim), Some(claims)) => claim.holds(claims),
             _ => false,
         };
-        if count
-            && let Some(limiter) = state.rate_limiter()
-            && limiter
-                .check(&identity.owner, std::time::Instant::now())
-                .is_err()
-        {
+        if count && state.over_rate_limit(&identity.owner) {
             return Err(NoViewer::RateLimited);
         }
         // Signed out (on whichever replica): the session is over even if its token is not.
@@ -357,8 +352,8 @@ impl Viewer {
             return Err(NoViewer::SignedOut);
         }
         let csrf = session.csrf(state);
-        let expires = crate::sse::sooner(
-            crate::sse::expiry(identity.claims.as_ref()),
+        let expires = mcp_tasks_server::core::sse::sooner(
+            mcp_tasks_server::core::sse::expiry(identity.claims.as_ref()),
             Some(time_of(session.expires_ms).into()),
         );
         Ok(Self {
@@ -416,7 +411,7 @@ pub(crate) async fn sign_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request_state::StateKeys;
+    use mcp_tasks_server::StateKeys;
 
     #[test]
     fn the_largest_session_fits_in_its_cookie() {
@@ -426,7 +421,7 @@ mod tests {
             refresh: Some("r".repeat(MAX_TOKEN_BYTES - access)),
             renew_ms: Some(i64::MAX),
             client_id: Some("c".repeat(MAX_CLIENT_ID_BYTES)),
-            nonce: crate::session::token::nonce(),
+            nonce: mcp_tasks_server::core::nonce(),
             issued_ms: i64::MAX,
             expires_ms: i64::MAX,
         };
@@ -443,7 +438,7 @@ mod tests {
             refresh: None,
             renew_ms: None,
             client_id: None,
-            nonce: crate::session::token::nonce(),
+            nonce: mcp_tasks_server::core::nonce(),
             issued_ms: 0,
             expires_ms: i64::MAX,
         };

@@ -154,7 +154,7 @@ pub(crate) fn unavailable(status: StatusCode) -> Response {
 
 /// A store failure as a page (logged where `RpcError` logs it).
 pub(crate) fn store_error(e: mcp_tasks_store::StoreError) -> Response {
-    let e = crate::error::RpcError::from(e);
+    let e = mcp_tasks_server::core::RpcError::from(e);
     unavailable(if e.status == StatusCode::SERVICE_UNAVAILABLE {
         StatusCode::SERVICE_UNAVAILABLE
     } else {

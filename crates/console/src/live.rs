@@ -24,10 +24,10 @@ use mcp_tasks_store::{Lookup, Owner, TaskId};
 use super::session::Viewer;
 use super::standing::Signed;
 use super::{layout, task, timeline};
-use crate::AppState;
-use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
-use crate::push::streams::StreamPermit;
-use crate::sse::{self, EventSource};
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::core::StreamPermit;
+use mcp_tasks_server::core::sse::{self, EventSource};
+use mcp_tasks_server::core::{Snapshot, TaskSnapshot, Watcher};
 
 pub(crate) async fn events(
     State(state): State<AppState>,

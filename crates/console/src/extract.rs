@@ -7,12 +7,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::layout;
 use super::session::{NoViewer, Viewer};
-use crate::AppState;
+use crate::Console;
 
-impl FromRequestParts<AppState> for Viewer {
+impl FromRequestParts<Console> for Viewer {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+    async fn from_request_parts(parts: &mut Parts, state: &Console) -> Result<Self, Response> {
         // Resolved already by the renewal middleware, for a session it may have renewed.
         if let Some(viewer) = parts.extensions.remove::<Self>() {
             return Ok(viewer);

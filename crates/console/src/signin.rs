@@ -9,7 +9,9 @@ use maud::{Markup, html};
 use super::form::Form;
 use super::layout;
 use super::session::{MAX_TOKEN_BYTES, NoViewer, Session, Viewer, clear_cookie, sign_in};
-use crate::AppState;
+use mcp_tasks_server::AppState;
+
+use crate::Console;
 
 /// `GET /console/signin`: straight on to the tasks when the request already has a viewer
 /// (signed in, or an authenticator that needs no token), else the sign-in form. Either
@@ -118,7 +120,7 @@ pub(crate) async fn submit(
 /// (the bearer token itself stays valid until it expires, as any bearer token does; a
 /// refresh token is revoked at the authorization server when it offers revocation).
 pub(crate) async fn signout(
-    State(state): State<AppState>,
+    State(state): State<Console>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {

@@ -27,7 +27,9 @@ use super::provider::Provider;
 use super::session::{
     MAX_CLIENT_ID_BYTES, MAX_TOKEN_BYTES, Session, cookie, cookie_header, now_ms, settings, sign_in,
 };
-use crate::AppState;
+use mcp_tasks_server::AppState;
+
+use crate::Console;
 
 const COOKIE: &str = "mcp_tasks_console_oauth";
 const PREFIX: &str = "mcpo2.";
@@ -73,14 +75,11 @@ fn redirect_uri(state: &AppState) -> Option<String> {
 }
 
 /// The authorization server's endpoints and the console's client id there.
-pub(crate) async fn provider(state: &AppState) -> Result<Arc<Provider>, String> {
+pub(crate) async fn provider(state: &Console) -> Result<Arc<Provider>, String> {
     let issuer = issuer(state).ok_or("no authorization server is configured")?;
     let redirect = redirect_uri(state).ok_or("the API's resource URL is not a URL")?;
     let client_id = settings(state).and_then(|c| c.oauth_client_id.clone());
-    state
-        .console_oauth()
-        .get(issuer, &redirect, client_id)
-        .await
+    state.oauth.get(issuer, &redirect, client_id).await
 }
 
 pub(crate) type Client = BasicClient<
@@ -135,7 +134,7 @@ fn failed(why: &str) -> Response {
 }
 
 /// `GET /console/oauth/start`: off to the authorization server.
-pub(crate) async fn start(State(state): State<AppState>) -> Response {
+pub(crate) async fn start(State(state): State<Console>) -> Response {
     let provider = match provider(&state).await {
         Ok(p) => p,
         Err(why) => return failed(&why),
@@ -204,7 +203,7 @@ impl Callback {
 
 /// `GET /console/oauth/callback`: the code for a token, the token for a session.
 pub(crate) async fn callback(
-    State(state): State<AppState>,
+    State(state): State<Console>,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
@@ -321,7 +320,7 @@ pub(crate) fn keep(session: &mut Session, response: &impl TokenResponse) {
 /// Sign-out: the refresh token is revoked at the authorization server (RFC 7009), when
 /// it offers revocation, so no copy of the cookie renews again. Best effort: the session
 /// is ended for every replica by its revocation in the store either way.
-pub(crate) async fn revoke_at_server(state: &AppState, session: &Session) {
+pub(crate) async fn revoke_at_server(state: &Console, session: &Session) {
     let Some(refresh) = &session.refresh else {
         return;
     };

@@ -22,14 +22,16 @@ use time::OffsetDateTime;
 
 use super::session::Viewer;
 use super::{layout, script, timeline};
-use crate::AppState;
+use mcp_tasks_server::AppState;
+
+use crate::Console;
 
 /// Rows per page.
 pub(super) const PAGE: i64 = 50;
 /// Longest filter value read (a tool name, an owner); longer ones are refused.
 const MAX_PARAM: usize = 200;
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<Console> {
     Router::new().route("/console/tasks", get(page))
 }
 

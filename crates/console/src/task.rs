@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::session::Viewer;
 use super::{layout, schema_form, script, timeline};
-use crate::AppState;
+use mcp_tasks_server::AppState;
 
 /// The task `raw` names, when `viewer` may see it; otherwise the one 404 page, the same
 /// for a malformed id, an unknown one, another principal's and another tenant's.

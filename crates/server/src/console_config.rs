@@ -42,7 +42,7 @@ impl AdminClaim {
     }
 
     /// Whether verified `claims` make their principal an admin.
-    pub(crate) fn holds(&self, claims: &Map<String, Value>) -> bool {
+    pub fn holds(&self, claims: &Map<String, Value>) -> bool {
         let Some(claim) = claims.get(&self.name) else {
             return false;
         };

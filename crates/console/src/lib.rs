@@ -18,11 +18,15 @@
 //! same 404 as an id that never existed. Every POST carries the session's CSRF token and
 //! no foreign `Origin`.
 //!
-//! `list`, `inbox` and `health` are the other pages; they use [`session::Viewer`] and
-//! [`layout::page`] like the task page does.
+//! `list`, `inbox` and `health` are the other pages; they use `session::Viewer` and
+//! `layout::page` like the task page does.
+//!
+//! The console is served beside the API, not by it: the binary merges [`routes`] into
+//! `mcp_tasks_server::router` of the same state. It reaches the replica only through
+//! `AppState` and the server's `core` module, so what it does that the API does too
+//! (cancel, answers, streams and their limits, access) is the API's own code.
 
 mod actions;
-mod config;
 mod extract;
 mod form;
 mod health;
@@ -44,8 +48,11 @@ mod standing;
 mod task;
 mod timeline;
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{FromRef, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -53,13 +60,49 @@ use axum::routing::{get, post};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use crate::AppState;
+use mcp_tasks_server::AppState;
 
-pub use config::{AdminClaim, ConsoleConfig};
-pub(crate) use provider::OAuthCache;
+// The console's settings live with the server's (`ServerConfig::console`), which they
+// switch on; they are named here too, where they are used.
+pub use mcp_tasks_server::{AdminClaim, ConsoleConfig};
 
-/// The console's routes, all under `/console`.
-pub(crate) fn routes(state: AppState) -> Router<AppState> {
+use provider::OAuthCache;
+
+/// The console's state: its replica's, and what the console keeps of its own for the
+/// replica's life (what it learnt of the OAuth authorization server). It reads as the
+/// replica's state (`Deref`), so code that needs only that takes `&AppState` (or
+/// `State<AppState>`, through `FromRef`) and is handed either.
+#[derive(Clone)]
+pub(crate) struct Console {
+    api: AppState,
+    oauth: Arc<OAuthCache>,
+}
+
+impl Deref for Console {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.api
+    }
+}
+
+impl FromRef<Console> for AppState {
+    fn from_ref(console: &Console) -> Self {
+        console.api.clone()
+    }
+}
+
+/// The console's routes, all under `/console`, for `state`'s replica: merge them into
+/// `mcp_tasks_server::router` of the same state. None when `ServerConfig::console` is
+/// unset, so `/console` answers 404 there.
+pub fn routes(state: AppState) -> Router {
+    if state.config().console.is_none() {
+        return Router::new();
+    }
+    let state = Console {
+        api: state,
+        oauth: Arc::default(),
+    };
     Router::new()
         .route("/console", get(home))
         .route("/console/", get(home))
@@ -83,7 +126,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
             state.clone(),
             renewal::middleware,
         ))
-        .layer(middleware::from_fn_with_state(state, guard))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
 }
 
 /// `GET /console`: the tasks, or the sign-in page for a request without a viewer.
@@ -101,7 +145,7 @@ async fn home(State(state): State<AppState>, headers: axum::http::HeaderMap) -> 
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     if let Err(reason) =
-        crate::origin::check_host_and_origin(&state.config().allowed_hosts, headers)
+        mcp_tasks_server::core::check_host_and_origin(&state.config().allowed_hosts, headers)
     {
         tracing::warn!(%reason, "console request refused: host or origin not allowed");
         return layout::forbidden(&reason);

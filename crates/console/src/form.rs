@@ -7,7 +7,7 @@ use axum::response::Response;
 
 use super::layout;
 use super::session::Viewer;
-use crate::AppState;
+use mcp_tasks_server::AppState;
 
 /// Largest form body: an answer's fields, comfortably; nothing a person types is larger.
 pub(crate) const MAX_FORM_BYTES: usize = 64 * 1024;

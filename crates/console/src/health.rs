@@ -21,7 +21,9 @@ use mcp_tasks_store::{Health, PercentileBucket, StoreError, WorkerLoad, WorkerPr
 use super::list::{count_text, scope};
 use super::session::Viewer;
 use super::{layout, script, timeline};
-use crate::AppState;
+use mcp_tasks_server::AppState;
+
+use crate::Console;
 
 const WINDOW: Duration = Duration::from_secs(3600);
 const BUCKETS: u32 = 12;
@@ -30,7 +32,7 @@ const GONE_SHOWN: Duration = Duration::from_secs(600);
 /// Running tasks listed per worker.
 const RUNNING_SHOWN: usize = 20;
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<Console> {
     Router::new().route("/console/health", get(page))
 }
 

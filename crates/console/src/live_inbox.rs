@@ -33,10 +33,10 @@ use super::layout;
 use super::live::Requery;
 use super::session::Viewer;
 use super::standing::Signed;
-use crate::AppState;
-use crate::push::hub::{Snapshot, Watcher};
-use crate::push::streams::StreamPermit;
-use crate::sse::{self, EventSource};
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::core::StreamPermit;
+use mcp_tasks_server::core::sse::{self, EventSource};
+use mcp_tasks_server::core::{Snapshot, Watcher};
 
 /// How many of the principal's working tasks (the newest) a stream watches.
 pub(super) const WATCHED_WORKING: i64 = 200;

@@ -41,10 +41,10 @@ use super::list::{self, PAGE, Params};
 use super::live::Requery;
 use super::session::Viewer;
 use super::standing::Signed;
-use crate::AppState;
-use crate::push::hub::{Snapshot, TaskSnapshot, Watcher};
-use crate::push::streams::StreamPermit;
-use crate::sse::{self, EventSource};
+use mcp_tasks_server::AppState;
+use mcp_tasks_server::core::StreamPermit;
+use mcp_tasks_server::core::sse::{self, EventSource};
+use mcp_tasks_server::core::{Snapshot, TaskSnapshot, Watcher};
 
 /// How often the first page looks for new tasks when no wake-up said to.
 pub(super) const BACKSTOP: Duration = Duration::from_secs(15);
