@@ -254,8 +254,8 @@ impl WorkerStore {
     }
 }
 
-/// What both claims end with: the update of the chosen rows (`candidates`: `c_ctid`,
-/// `c_id`, `reclaimed`, `runnable_since`, `c_key`), the worker's clock, and the rows.
+/// What both claims end with: the worker's clock, the update of the chosen rows
+/// (`candidates`: `c_ctid`, `c_id`, `reclaimed`, `runnable_since`, `c_key`), and the rows.
 macro_rules! claim_tail {
     () => {
         concat!(
@@ -267,7 +267,17 @@ macro_rules! claim_tail {
                 SELECT $1, max(c_key) FROM candidates HAVING max(c_key) IS NOT NULL
                 ON CONFLICT (worker) DO UPDATE
                     SET key = greatest(k.key, EXCLUDED.key), at = now()
-            ),
+            ),",
+            update_tail!()
+        )
+    };
+}
+
+/// The update of the chosen rows and what the claim returns.
+macro_rules! update_tail {
+    () => {
+        concat!(
+            r"
             -- The rows are updated where the locks found them (by ctid: a TID scan). A
             -- join on the key would be planned for the generic plan's guess of the
             -- LIMIT (a tenth of the queue) and so as a hash join over a scan of the whole
@@ -309,13 +319,14 @@ macro_rules! claim_tail {
     };
 }
 
-/// The claim without limits. Built at run time, not checked by `query_as!`: its row
-/// flattens a `TaskRow`, which the macros cannot fill.
-const CLAIM: &str = concat!(
-    r"
+/// Lapsed leases, then the queue in `$order`, as `candidates`.
+macro_rules! claim_head {
+    ($order:literal) => {
+        concat!(
+            r"
     -- Leases that lapsed with attempts left (few rows: only leased ones are in
-    -- tasks_leased), then the queue in its fair order (tasks_queue_order); none past its
-    -- TTL. Each with the moment it became runnable (for the pickup metric).
+    -- tasks_leased), then the queue in order (the fair order on tasks_queue_order); none
+    -- past its TTL. Each with the moment it became runnable (for the pickup metric).
     WITH lapsed AS MATERIALIZED (
         SELECT ctid AS c_ctid, id AS c_id, true AS reclaimed,
             lease_expires_at AS runnable_since, queue_key AS c_key
@@ -342,13 +353,26 @@ const CLAIM: &str = concat!(
           AND cancel_requested_at IS NULL
           AND (expires_at IS NULL OR expires_at > now())
           AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-        ORDER BY queue_key
+        ORDER BY ",
+            $order,
+            r"
         LIMIT $2 - (SELECT count(*) FROM lapsed)
         FOR UPDATE SKIP LOCKED
     ),
-    candidates AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),",
-    claim_tail!()
-);
+    candidates AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),"
+        )
+    };
+}
+
+/// The claim without limits. Built at run time, not checked by `query_as!`: its row
+/// flattens a `TaskRow`, which the macros cannot fill.
+const CLAIM: &str = concat!(claim_head!("queue_key"), claim_tail!());
+
+/// The claim as it was before fair scheduling: the queue oldest first across everyone
+/// (on `tasks_queued`), and no clock. What `mcp-tasks bench fairness` compares the fair
+/// claim with; same parameters and rows.
+#[cfg(feature = "testing")]
+pub const OLDEST_FIRST_CLAIM: &str = concat!(claim_head!("run_after"), update_tail!());
 
 /// The limit keys a task of (tool, tenant, principal) counts against, as rows
 /// (kind, a, b), for a `CROSS JOIN LATERAL` after a `LEFT JOIN tool_groups g`: every
