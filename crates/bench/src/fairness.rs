@@ -106,7 +106,7 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
     )?;
     empty(env).await?;
 
-    let quiet = pickup(env, &sizes, out, "nothing else queued", 0).await?;
+    let quiet = pickup(env, &sizes, out, "nothing else queued", 0, Pace::Steady).await?;
     seed(
         env,
         out,
@@ -119,6 +119,7 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
         out,
         &format!("{} of one tenant queued", sizes.flood),
         sizes.flood,
+        Pace::Steady,
     )
     .await?;
     target(
@@ -157,8 +158,9 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
         env,
         &sizes,
         out,
-        &format!("{label} queued (one round: a task of each)"),
+        &format!("{label} queued, one at a time (a round: a task of each tenant)"),
         sizes.many_tasks,
+        Pace::OneAtATime(if env.config.short { 10 } else { 5 }),
     )
     .await?;
     empty(env).await?;
@@ -299,6 +301,18 @@ where
     Ok(claimed.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
+/// How the light tenant sends its tasks.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// `sizes.light` tasks, one every `sizes.light_every`: well within its share when
+    /// one other tenant has work (half the claims).
+    Steady,
+    /// This many, each once the one before was claimed: with thousands of tenants with
+    /// work its share is one claim a round, and a task sent faster would queue behind its
+    /// own.
+    OneAtATime(usize),
+}
+
 /// The light tenant's pickups (create committed to claim) while a worker drains what is
 /// queued (`queued` tasks, for the claim rate printed beside).
 async fn pickup(
@@ -307,6 +321,7 @@ async fn pickup(
     out: &mut dyn Write,
     label: &str,
     queued: usize,
+    pace: Pace,
 ) -> anyhow::Result<Summary> {
     env.service
         .start_worker(WORKER_CONCURRENCY, &env.db.sql)
@@ -319,15 +334,44 @@ async fn pickup(
         seconds: 0,
         on_created: |_, _| {},
     };
+    let others = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM tasks WHERE tenant <> 'default' AND claimed_at IS NOT NULL",
+        )
+        .fetch_one(&env.db.sql)
+        .await
+    };
+    let others_before = others().await?;
     let started = Instant::now();
-    let mut ids = Vec::with_capacity(sizes.light);
-    for n in 0..sizes.light {
+    let count = match pace {
+        Pace::Steady => sizes.light,
+        Pace::OneAtATime(n) => n,
+    };
+    let mut ids = Vec::with_capacity(count);
+    for n in 0..count {
         let (status, body) = conn
             .exchange(&load::Script::request(&script, n as u64))
             .await?;
         anyhow::ensure!(status == 200, "a create answered {status}");
-        ids.push(task_id(body).ok_or_else(|| anyhow::anyhow!("no task id in the answer"))?);
-        tokio::time::sleep(sizes.light_every).await;
+        let id = task_id(body).ok_or_else(|| anyhow::anyhow!("no task id in the answer"))?;
+        ids.push(id);
+        match pace {
+            Pace::Steady => tokio::time::sleep(sizes.light_every).await,
+            Pace::OneAtATime(_) => {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while sqlx::query_scalar::<_, Option<time::OffsetDateTime>>(
+                    "SELECT claimed_at FROM tasks WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_one(&env.db.sql)
+                .await?
+                .is_none()
+                {
+                    anyhow::ensure!(Instant::now() < deadline, "a light task waited 60 s");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     let waits: Vec<f64> = loop {
@@ -341,18 +385,25 @@ async fn pickup(
         if waits.len() == ids.len() {
             break waits;
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the light tenant's tasks were not all claimed in 120 s"
-        );
+        if Instant::now() >= deadline {
+            let (claimed, clock, keys): (i64, f64, Vec<f64>) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM tasks WHERE claimed_at IS NOT NULL),
+                        mcp_tasks_queue_clock(),
+                        (SELECT array_agg(queue_key) FROM tasks WHERE id = ANY($1))",
+            )
+            .bind(&ids)
+            .fetch_one(&env.db.sql)
+            .await?;
+            anyhow::bail!(
+                "the light tenant's tasks were not all claimed in 120 s ({} of {}; {claimed} claimed in all; clock {clock}; their keys {keys:?})",
+                waits.len(),
+                ids.len()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let window = started.elapsed();
-    let others: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM tasks WHERE tenant <> 'default' AND claimed_at IS NOT NULL",
-    )
-    .fetch_one(&env.db.sql)
-    .await?;
+    let others = others().await? - others_before;
     env.service.stop_worker().await;
     let summary = Summary::of(
         waits
