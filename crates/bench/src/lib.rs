@@ -5,6 +5,7 @@ mod baseline;
 mod console;
 mod create_get;
 mod env;
+mod fairness;
 mod finished;
 mod lifecycle;
 mod load;

@@ -20,7 +20,7 @@ use crate::load::{self, Run};
 use crate::stats::{Summary, ms};
 
 /// Tasks a worker runs at once in these scenarios.
-const WORKER_CONCURRENCY: usize = 64;
+pub(crate) const WORKER_CONCURRENCY: usize = 64;
 
 /// What one lifecycle measurement found.
 #[derive(Debug, Clone)]

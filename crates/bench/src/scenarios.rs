@@ -1,4 +1,4 @@
-//! `mcp-tasks bench create | get | lifecycle | pickup | scale | efficiency | console`: the service's
+//! `mcp-tasks bench create | get | lifecycle | pickup | scale | efficiency | console | fairness`: the service's
 //! hot paths over HTTP, each beside the same statements issued raw in the same run, as
 //! ratios (the machines these run on are shared, so only ratios compare across runs).
 
@@ -16,10 +16,11 @@ pub enum Scenario {
     Scale,
     Efficiency,
     Console,
+    Fairness,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Create,
         Self::Get,
         Self::Lifecycle,
@@ -27,6 +28,7 @@ impl Scenario {
         Self::Scale,
         Self::Efficiency,
         Self::Console,
+        Self::Fairness,
     ];
 }
 
@@ -41,6 +43,7 @@ pub async fn run(scenario: Scenario, config: &Config, out: &mut dyn Write) -> an
         Scenario::Scale => crate::scale::scale(&env, out).await,
         Scenario::Efficiency => crate::lifecycle::efficiency(&env, out).await,
         Scenario::Console => crate::console::console(&env, out).await,
+        Scenario::Fairness => crate::fairness::fairness(&env, out).await,
     };
     let stopped = env.stop().await;
     result.and(stopped)
@@ -49,7 +52,11 @@ pub async fn run(scenario: Scenario, config: &Config, out: &mut dyn Write) -> an
 /// Every scenario, one after the other.
 pub async fn run_all(config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
     for scenario in Scenario::ALL {
-        if matches!(scenario, Scenario::Scale | Scenario::Console) && config.url.is_some() {
+        if matches!(
+            scenario,
+            Scenario::Scale | Scenario::Console | Scenario::Fairness
+        ) && config.url.is_some()
+        {
             writeln!(
                 out,
                 "{scenario:?}: skipped (it bulk-loads the database; not with --url)"

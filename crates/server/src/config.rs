@@ -112,6 +112,9 @@ pub struct ServerConfig {
     /// The web console at `/console` (`mcp-tasks-console`, merged in by the binary); `None`
     /// leaves it unserved (404), and the push hub does not listen for what only it needs.
     pub console: Option<crate::ConsoleConfig>,
+    /// How the queue is shared: a new task's place in it comes from its tenant's weight
+    /// and its priority (the configuration file's scheduling sections).
+    pub scheduling: mcp_tasks_tools::scheduling::Scheduling,
 }
 
 impl ServerConfig {
@@ -146,6 +149,7 @@ impl ServerConfig {
             metrics: None,
             metrics_on_listener: true,
             console: None,
+            scheduling: mcp_tasks_tools::scheduling::Scheduling::default(),
         }
     }
 }

@@ -8,7 +8,10 @@
 //!   replica waits for its result (bounded) so the client gets an ordinary answer;
 //! - a task-required tool called without the extension is refused with `-32021`.
 
-use mcp_tasks_store::{Created, Idempotency, NewTask, Owner, ReplicaStore, TaskId, TaskRecord};
+use mcp_tasks_store::{
+    Created, Idempotency, NewTask, Owner, Placement, ReplicaStore, TaskId, TaskRecord,
+};
+use mcp_tasks_tools::scheduling::PRIORITY_META_KEY;
 use mcp_tasks_tools::{ExecutionPolicy, Outcome, Tool, ToolContext, ToolError};
 use mcp_tasks_wire::results::input_required_result;
 use mcp_tasks_wire::{ErrorObject, RequestMeta, TaskStatus, codes};
@@ -87,6 +90,7 @@ pub(crate) async fn start(
     };
     refuse_nul(params, "arguments")?;
     refuse_nul(params, "inputResponses")?;
+    let lowered = lowered_priority(params)?;
     refuse_larger(params, "arguments", state.config().max_argument_bytes)?;
     refuse_larger(
         params,
@@ -161,9 +165,20 @@ pub(crate) async fn start(
         key,
         request_digest: value_digest(&json!({ "tool": tool.name, "arguments": arguments })),
     });
+    let scheduling = &state.config().scheduling;
+    let placement = Placement {
+        weight: scheduling.weight(&owner.tenant),
+        rounds_ahead: scheduling.rounds_ahead(
+            &owner.tenant,
+            &tool.name,
+            tool.group.as_deref(),
+            lowered,
+        ),
+        fifo: scheduling.is_fifo(),
+    };
     let created = state
         .store()
-        .create(
+        .create_placed(
             owner,
             NewTask {
                 tool: tool.name.clone(),
@@ -179,6 +194,7 @@ pub(crate) async fn start(
                 idempotency,
             },
             checked_limit,
+            placement,
         )
         .await?;
     let task = match created {
@@ -467,5 +483,26 @@ async fn wait_for_result(
                 return Err(RpcError::unavailable());
             }
         }
+    }
+}
+
+/// How many levels the caller lowers its task's priority by (`_meta`'s
+/// [`PRIORITY_META_KEY`]: a whole number, 0 or less; never a raise).
+fn lowered_priority(params: &Map<String, Value>) -> Result<u32, RpcError> {
+    let Some(value) = params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .and_then(|meta| meta.get(PRIORITY_META_KEY))
+    else {
+        return Ok(0);
+    };
+    match value.as_i64() {
+        Some(level) if level <= 0 => Ok(u32::try_from(level.unsigned_abs()).unwrap_or(u32::MAX)),
+        Some(_) => Err(RpcError::invalid_params(format!(
+            "_meta[\"{PRIORITY_META_KEY}\"] may only lower a task's priority: give 0 or less"
+        ))),
+        None => Err(RpcError::invalid_params(format!(
+            "_meta[\"{PRIORITY_META_KEY}\"] must be a whole number, 0 or less"
+        ))),
     }
 }

@@ -62,12 +62,48 @@ pub enum Created {
     LimitReached,
 }
 
+/// Where a new task goes in the queue's order (see ARCHITECTURE.md, *Scheduling*): the
+/// replica decides it from the scheduling policy when it creates the task.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    /// The tenant's weight (at least 1): its share of the claims when tenants compete.
+    pub weight: u32,
+    /// Rounds of the fair order the task moves ahead of its turn (its priority times the
+    /// policy's rounds per level; negative moves it behind).
+    pub rounds_ahead: f64,
+    /// Everyone in one lane: oldest first across tenants, as before fair scheduling.
+    pub fifo: bool,
+}
+
+impl Default for Placement {
+    /// Fair, weight 1, no priority.
+    fn default() -> Self {
+        Self {
+            weight: 1,
+            rounds_ahead: 0.0,
+            fifo: false,
+        }
+    }
+}
+
 /// One create waiting for its batch.
 pub(crate) struct CreateRequest {
     owner: Owner,
     id: TaskId,
     task: NewTask,
     max_in_flight: Option<i64>,
+    placement: Placement,
+}
+
+impl CreateRequest {
+    /// The lane the task queues in: its owner's, or the one lane of `fifo`.
+    fn lane(&self) -> (&str, &str) {
+        if self.placement.fifo {
+            ("", "")
+        } else {
+            (&self.owner.tenant, &self.owner.principal)
+        }
+    }
 }
 
 /// What the batch did with one create: inserted (at this time) or not.
@@ -132,6 +168,14 @@ pub(crate) fn insert_batch<'a>(
             .as_ref()
             .map(|i| i.request_digest.as_str()));
         let capabilities = column!(|r| r.task.client_capabilities.clone());
+        let lane_tenants = column!(|r| r.lane().0);
+        let lane_principals = column!(|r| r.lane().1);
+        let weights = column!(|r| i32::try_from(r.placement.weight.max(1)).unwrap_or(i32::MAX));
+        let rounds_ahead = column!(|r| if r.placement.rounds_ahead.is_finite() {
+            r.placement.rounds_ahead
+        } else {
+            0.0
+        });
         // `as _`: the macros check arrays of owned, non-null elements only; each array is
         // bound as its `$n::type[]` in the statement says.
         let rows = sqlx::query!(
@@ -140,11 +184,13 @@ pub(crate) fn insert_batch<'a>(
         SELECT * FROM unnest(
             $1::text[], $2::text[], $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[],
             $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::jsonb[], $12::int4[],
-            $13::int8[], $14::text[], $15::text[], $16::jsonb[]
+            $13::int8[], $14::text[], $15::text[], $16::jsonb[],
+            $17::text[], $18::text[], $19::int4[], $20::float8[]
         ) WITH ORDINALITY AS i(
             tenant, principal, id, tool, arguments, trace_context,
             status_message, ttl_ms, poll_interval_ms, retention_ms, input_responses, max_attempts,
-            max_in_flight, idempotency_key, request_digest, client_capabilities, n
+            max_in_flight, idempotency_key, request_digest, client_capabilities,
+            lane_tenant, lane_principal, weight, rounds_ahead, n
         )
     ),
     -- Each limited owner's live tasks, counted once per batch and never past the limit.
@@ -166,20 +212,53 @@ pub(crate) fn insert_batch<'a>(
                l.live
         FROM input i JOIN live l ON l.tenant = i.tenant AND l.principal = i.principal
         WHERE i.max_in_flight IS NOT NULL
+    ),
+    admitted AS MATERIALIZED (
+        SELECT i.* FROM input i LEFT JOIN ranked r ON r.n = i.n
+        WHERE i.max_in_flight IS NULL OR r.live + r.k <= i.max_in_flight
+    ),
+    -- The queue's place (ARCHITECTURE.md, *Scheduling*): each lane of the batch moves its
+    -- last key on by one step per task, from the clock at the earliest. A step is the
+    -- tenant's lanes with work past the clock (this one among them) over its weight, so
+    -- the tenant's lanes together advance as one lane of that weight.
+    clock AS MATERIALIZED (SELECT mcp_tasks_queue_clock() AS v),
+    lanes AS MATERIALIZED (
+        SELECT a.lane_tenant, a.lane_principal, count(*) AS tasks,
+            (1 + (SELECT count(*) FROM queue_lanes q
+                  WHERE q.tenant = a.lane_tenant AND q.last_key > c.v
+                    AND q.principal <> a.lane_principal))::float8 / max(a.weight) AS step
+        FROM admitted a CROSS JOIN clock c
+        GROUP BY a.lane_tenant, a.lane_principal, c.v
+    ),
+    advanced AS (
+        INSERT INTO queue_lanes AS q (tenant, principal, last_key)
+        SELECT l.lane_tenant, l.lane_principal, c.v + l.tasks * l.step
+        FROM lanes l CROSS JOIN clock c
+        -- In key order, so batches sharing lanes lock them in the same order.
+        ORDER BY l.lane_tenant, l.lane_principal
+        ON CONFLICT (tenant, principal) DO UPDATE
+            SET last_key = greatest(q.last_key, (SELECT v FROM clock))
+                + (EXCLUDED.last_key - (SELECT v FROM clock))
+        RETURNING q.tenant, q.principal, q.last_key
     )
     INSERT INTO tasks (
         tenant, principal, id, tool, arguments, trace_context,
         status_message, ttl_ms, poll_interval_ms, retention_ms, expires_at,
         input_responses, max_attempts, run_after, idempotency_key, request_digest,
-        client_capabilities
+        client_capabilities, queue_key
     )
     SELECT i.tenant, i.principal, i.id, i.tool, i.arguments, i.trace_context,
            i.status_message, i.ttl_ms, i.poll_interval_ms, i.retention_ms,
            now() + i.ttl_ms * interval '1 millisecond',
            i.input_responses, i.max_attempts, now(), i.idempotency_key, i.request_digest,
-           i.client_capabilities
-    FROM input i LEFT JOIN ranked r ON r.n = i.n
-    WHERE i.max_in_flight IS NULL OR r.live + r.k <= i.max_in_flight
+           i.client_capabilities,
+           -- The lane's k-th task of the batch, k in arrival order.
+           adv.last_key - (l.tasks - row_number() OVER (
+               PARTITION BY i.lane_tenant, i.lane_principal ORDER BY i.n
+           )) * l.step - i.rounds_ahead
+    FROM admitted i
+    JOIN lanes l ON l.lane_tenant = i.lane_tenant AND l.lane_principal = i.lane_principal
+    JOIN advanced adv ON adv.tenant = i.lane_tenant AND adv.principal = i.lane_principal
     -- In key order: two batches inserting some of the same idempotency keys (an owner
     -- retrying on two replicas) wait for each other's key in the same order, so they
     -- cannot deadlock. (Ids are new, so the primary key never waits.)
@@ -203,6 +282,10 @@ pub(crate) fn insert_batch<'a>(
             &keys as _,
             &digests as _,
             &capabilities as _,
+            &lane_tenants as _,
+            &lane_principals as _,
+            &weights,
+            &rounds_ahead,
         )
         .fetch_all(pool)
         .await
@@ -232,14 +315,30 @@ impl ReplicaStore {
     /// to the margin the module describes), or the task's idempotency key names an
     /// existing task (returned, when the request is the same).
     ///
+    /// It queues in its owner's lane with the default [`Placement`]; see
+    /// [`ReplicaStore::create_placed`].
+    ///
     /// A request with U+0000 in any string is refused ([`StoreError::refusal`]). A
     /// create whose caller stops waiting before its batch runs is dropped unwritten.
-    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err(level = "debug"))]
     pub async fn create(
         &self,
         owner: &Owner,
         task: NewTask,
         max_in_flight: Option<i64>,
+    ) -> Result<Created> {
+        self.create_placed(owner, task, max_in_flight, Placement::default())
+            .await
+    }
+
+    /// [`ReplicaStore::create`], with the task's place in the queue's order (its tenant's
+    /// weight, its priority: see [`Placement`]) as the scheduling policy sets it.
+    #[tracing::instrument(name = "db.task.create", skip_all, fields(tool = %task.tool), err(level = "debug"))]
+    pub async fn create_placed(
+        &self,
+        owner: &Owner,
+        task: NewTask,
+        max_in_flight: Option<i64>,
+        placement: Placement,
     ) -> Result<Created> {
         let id = TaskId::random();
         let idempotency = task.idempotency.clone();
@@ -248,6 +347,7 @@ impl ReplicaStore {
             id,
             task,
             max_in_flight,
+            placement,
         };
         let bytes = request.checked_bytes()?;
         let (CreateRequest { task, .. }, answer) = self.db.creates().run(request, bytes).await?;

@@ -1,33 +1,13 @@
-//! What workers do: claim under a fenced lease, heartbeat, and write outcomes that only
-//! land while the lease is still theirs.
+//! What workers do with a lease (claimed in `claim.rs`): heartbeat, and write outcomes
+//! that only land while the lease is still theirs.
 
-use mcp_tasks_wire::{ErrorObject, service_messages};
+use mcp_tasks_wire::ErrorObject;
 use serde_json::{Map, Value};
-use time::OffsetDateTime;
 
 use crate::finish::FinishRequest;
-use crate::record::{Lease, TaskRow};
-use crate::sql::{checked, task_columns};
-use crate::{DbResult, Result, TaskId, TaskRecord, WorkerStore, notify, storable};
-
-/// A task a worker now holds.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub lease: Lease,
-    pub task: TaskRecord,
-    /// The previous holder's lease lapsed: its worker was lost.
-    pub reclaimed: bool,
-    /// Since when the task was claimable (for the pickup delay).
-    pub runnable_since: OffsetDateTime,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct ClaimedRow {
-    #[sqlx(flatten)]
-    row: TaskRow,
-    reclaimed: bool,
-    runnable_since: OffsetDateTime,
-}
+use crate::record::Lease;
+use crate::sql::checked;
+use crate::{DbResult, Result, TaskId, WorkerStore, notify, storable};
 
 /// A lease that is still held after a heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,152 +48,6 @@ pub struct RescueReport {
 }
 
 impl WorkerStore {
-    /// Claims up to `limit` runnable tasks of any tool in one statement (see
-    /// [`WorkerStore::claim_tools`]).
-    pub async fn claim(&self, worker: &str, limit: i64, lease_ms: i64) -> Result<Vec<Claimed>> {
-        self.claim_tools(worker, limit, lease_ms, &[]).await
-    }
-
-    /// Claims up to `limit` runnable tasks in one statement. Tasks whose previous lease
-    /// lapsed are reclaimed here too; those with no attempts left are not (see
-    /// [`WorkerStore::rescue_lapsed`]). With `tools`, only tasks of those tools (a worker claims
-    /// what it can run); empty means any tool.
-    pub async fn claim_tools(
-        &self,
-        worker: &str,
-        limit: i64,
-        lease_ms: i64,
-        tools: &[String],
-    ) -> Result<Vec<Claimed>> {
-        self.claim_from(worker, limit, lease_ms, tools, true).await
-    }
-
-    /// Like [`WorkerStore::claim_tools`], from the queue only: lapsed leases are left for the
-    /// next full claim. For the claims a worker makes whenever a slot frees up; looking
-    /// for lapsed leases once per poll interval is enough (recovery takes a lease plus
-    /// a poll anyway), and their scan is only cheap once the table has statistics.
-    pub async fn claim_queued(
-        &self,
-        worker: &str,
-        limit: i64,
-        lease_ms: i64,
-        tools: &[String],
-    ) -> Result<Vec<Claimed>> {
-        self.claim_from(worker, limit, lease_ms, tools, false).await
-    }
-
-    #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
-    async fn claim_from(
-        &self,
-        worker: &str,
-        limit: i64,
-        lease_ms: i64,
-        tools: &[String],
-        lapsed: bool,
-    ) -> Result<Vec<Claimed>> {
-        // Built at run time, not checked by `query_as!`: issue 26 rewrites this statement
-        // next (and its row flattens a `TaskRow`, which the macros cannot fill).
-        let rows: Vec<ClaimedRow> = sqlx::query_as(concat!(
-            r"
-            -- Leases that lapsed with attempts left (few rows: only leased ones are in
-            -- tasks_leased), then the queue in order; none past its TTL. Each with the
-            -- moment it became runnable (for the pickup metric).
-            WITH lapsed AS MATERIALIZED (
-                SELECT ctid AS c_ctid, id AS c_id, true AS reclaimed,
-                    lease_expires_at AS runnable_since
-                FROM tasks
-                WHERE $7
-                  AND lease_owner IS NOT NULL
-                  AND status IN ('working', 'input_required')
-                  AND lease_expires_at <= now()
-                  AND attempt < max_attempts
-                  AND cancel_requested_at IS NULL
-                  AND (expires_at IS NULL OR expires_at > now())
-                  AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-                -- A plain index scan of tasks_leased, as rescue's (see there).
-                ORDER BY id
-                LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            ),
-            queued AS MATERIALIZED (
-                SELECT ctid, id, false, run_after
-                FROM tasks
-                WHERE status = 'working'
-                  AND lease_owner IS NULL
-                  AND run_after <= now()
-                  AND cancel_requested_at IS NULL
-                  AND (expires_at IS NULL OR expires_at > now())
-                  AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-                ORDER BY run_after
-                LIMIT $2 - (SELECT count(*) FROM lapsed)
-                FOR UPDATE SKIP LOCKED
-            ),
-            candidates AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),
-            -- The rows are updated where the locks found them (by ctid: a TID scan). A
-            -- join on the key would be planned for the generic plan's guess of the
-            -- LIMIT (a tenth of the queue) and so as a hash join over a scan of the whole
-            -- table, which made every claim as slow as the table is big. The rows are
-            -- locked, so nobody moves them before this update; one that had moved
-            -- would fail the condition and simply not be claimed.
-            claimed AS (
-                UPDATE tasks t SET
-                    -- A lapsed run's held input request (held_input.rs) died with it.
-                    status = 'working',
-                    input_requests = NULL,
-                    lease_owner = $1,
-                    lease_token = t.lease_token + 1,
-                    lease_expires_at = now() + $3 * interval '1 millisecond',
-                    -- Out of the queue's index; leased rows are found by tasks_leased.
-                    run_after = NULL,
-                    attempt = t.attempt + 1,
-                    claimed_attempt = t.attempt + 1,
-                    -- The run's claim, for its history (the row is rewritten here anyway);
-                    -- runnable since as the candidates say: a lapsed lease's expiry, or
-                    -- the queued task's run_after.
-                    claimed_at = now(),
-                    claimed_by = $1,
-                    pickup_ms = least(greatest(EXTRACT(EPOCH FROM now() - CASE
-                        WHEN t.lease_owner IS NOT NULL THEN t.lease_expires_at
-                        ELSE t.run_after END) * 1000, 0), 2147483647)::integer,
-                    status_message = CASE WHEN t.attempt = 0 THEN $4
-                        ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
-                    updated_at = now(),
-                    version = t.version + 1
-                WHERE t.ctid = ANY (ARRAY(SELECT c_ctid FROM candidates))
-                RETURNING ",
-            task_columns!(),
-            r"
-            )
-            SELECT claimed.*, c.reclaimed, c.runnable_since
-            FROM claimed JOIN candidates c ON c.c_id = claimed.id"
-        ))
-        .bind(worker)
-        .bind(limit)
-        .bind(lease_ms)
-        .bind(service_messages::RUNNING)
-        .bind(service_messages::RUNNING_AGAIN)
-        .bind(tools)
-        .bind(lapsed)
-        .fetch_all(self.db.pool())
-        .await
-        .db()?;
-        rows.into_iter()
-            .map(|r| {
-                let task: TaskRecord = r.row.try_into()?;
-                Ok(Claimed {
-                    lease: Lease {
-                        owner: task.owner.clone(),
-                        id: task.id,
-                        token: task.lease_token,
-                    },
-                    task,
-                    reclaimed: r.reclaimed,
-                    runnable_since: r.runnable_since,
-                })
-            })
-            .collect()
-    }
-
     /// Finishes runnable tasks that must not run again: cancellation was requested
     /// (cancelled), or their lease lapsed with every attempt used (failed, worker lost).
     /// Both record their [`EndReason`](mcp_tasks_wire::service_messages::EndReason); what

@@ -37,6 +37,7 @@
 //! both replicas and workers listen, and both are scraped for metrics.
 
 mod batch;
+mod claim;
 mod client_ops;
 mod console;
 mod create;
@@ -44,6 +45,7 @@ mod duty;
 mod events;
 mod finish;
 mod held_input;
+mod lanes;
 mod lease;
 mod listing;
 mod maintenance;
@@ -68,17 +70,18 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
+pub use claim::{ClaimLimits, Claimed, Rate};
 pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
 pub use console::{
     COUNT_LIMIT, HISTORY_LIMIT, Health, HistoryEvent, HistoryKind, LapseCounts, PercentileBucket,
     QUEUE_COUNT_LIMIT, QueryPlan, RUNNING_LIMIT, RunningTask, SAMPLES_PER_BUCKET, SCAN_LIMIT,
     Scope, StatusCount, TaskFilter, TaskPage, TaskSummary, WorkerLoad,
 };
-pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask};
+pub use create::{Created, Idempotency, MAX_CREATE_BATCH, NewTask, Placement};
 pub use duty::{DUTY_APPLICATION_NAME, DUTY_WAIT_ROUND, Duty, duty_key};
 pub use events::{Event, EventKind, Events, EventsConfig};
 pub use held_input::{HeldAnswers, HeldAsk};
-pub use lease::{Claimed, Finish, HeartbeatReply, InputOutcome, RescueReport};
+pub use lease::{Finish, HeartbeatReply, InputOutcome, RescueReport};
 pub use listing::ListCursor;
 pub use maintenance::{ANALYZE_LOCK, MaintenanceReport};
 pub use notify::{LISTENER_APPLICATION_NAME, Tenants, Waker};

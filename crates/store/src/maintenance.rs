@@ -21,6 +21,9 @@ pub struct MaintenanceReport {
     pub session_revocations_deleted: u64,
     /// Renewals of console sessions no request can need any more, now forgotten.
     pub console_refreshes_deleted: u64,
+    /// Lanes of the fair order the clock has passed, and stopped workers' clock rows,
+    /// now forgotten.
+    pub lanes_forgotten: u64,
     /// Rows of workers not seen for [`crate::FORGET_WORKERS_AFTER`], now deleted.
     pub workers_forgotten: u64,
 }
@@ -212,7 +215,7 @@ impl WorkerStore {
     }
 
     /// One maintenance pass: expire, delete, forget tombstones, ended sessions, spent
-    /// console renewals and dead workers. Each step repeats its batch while batches come
+    /// console renewals, dead workers and the fair order's passed lanes. Each step repeats its batch while batches come
     /// back full (up to `MAX_ROUNDS`), so maintenance keeps up with any rate of expiry
     /// instead of one batch per interval.
     pub async fn maintain(&self, batch: i64, tombstone_keep_ms: i64) -> Result<MaintenanceReport> {
@@ -229,6 +232,8 @@ impl WorkerStore {
             console_refreshes_deleted: repeat(batch, || self.purge_console_refreshes(batch))
                 .await?,
             workers_forgotten: self.forget_workers(crate::FORGET_WORKERS_AFTER).await?,
+            lanes_forgotten: repeat(batch, || self.forget_passed_lanes(batch)).await?
+                + self.forget_stopped_clocks().await?,
         })
     }
 }

@@ -18,6 +18,8 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::{DbResult, Owner, Result, Store, StoreError, TaskId};
 
+pub use crate::claim::OLDEST_FIRST_CLAIM;
+
 /// A task to seed. [`Seed::new`] gives a queued one, created now; set what differs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seed {
@@ -123,7 +125,8 @@ pub const RAW_CREATE: &str = r"
 const COPY: &str = "COPY tasks (tenant, principal, id, tool, arguments, status, status_message,
     created_at, updated_at, finished_at, ttl_ms, poll_interval_ms, retention_ms, expires_at,
     result, error, input_requests, issued_keys, max_attempts, attempt, run_after, lease_owner,
-    lease_token, lease_expires_at, claimed_at, claimed_by, pickup_ms, claimed_attempt)
+    lease_token, lease_expires_at, claimed_at, claimed_by, pickup_ms, claimed_attempt,
+    queue_key)
     FROM STDIN (FORMAT csv)";
 
 /// How much CSV is sent at a time.
@@ -133,6 +136,10 @@ impl Store {
     /// Writes `tasks` into the table (one `COPY`, one transaction, no statement timeout)
     /// and returns how many it wrote. Nothing notifies: workers find queued ones by their
     /// poll.
+    ///
+    /// Unfinished tasks get their place in the fair order as creates in this order would,
+    /// each lane (tenant, principal) one step of 1 per task from the queue's clock (as if
+    /// each tenant had one lane with work); the lanes' last keys are written too.
     pub async fn seed(&self, tasks: impl IntoIterator<Item = Seed>) -> Result<u64> {
         let mut tx = self.db.pool().begin().await.db()?;
         // A load of millions of rows may take longer than any request should.
@@ -140,11 +147,30 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db()?;
+        let clock = sqlx::query_scalar!(r#"SELECT mcp_tasks_queue_clock() AS "clock!""#)
+            .fetch_one(&mut *tx)
+            .await
+            .db()?;
+        let mut lanes: std::collections::HashMap<(String, String), f64> =
+            std::collections::HashMap::new();
         let mut copy = tx.copy_in_raw(COPY).await.db()?;
         let mut buffer = Vec::with_capacity(CHUNK + 4096);
         let mut cache = Cache::default();
         for task in tasks {
-            csv_row(&task, &mut buffer, &mut cache)?;
+            let unfinished = matches!(
+                task.state,
+                SeedState::Queued { .. }
+                    | SeedState::Leased { .. }
+                    | SeedState::InputRequired { .. }
+            );
+            let key = unfinished.then(|| {
+                let last = lanes
+                    .entry((task.owner.tenant.clone(), task.owner.principal.clone()))
+                    .or_insert(clock);
+                *last += 1.0;
+                *last
+            });
+            csv_row(&task, key, &mut buffer, &mut cache)?;
             if buffer.len() >= CHUNK {
                 copy.send(std::mem::take(&mut buffer)).await.db()?;
                 buffer.reserve(CHUNK + 4096);
@@ -154,6 +180,24 @@ impl Store {
             copy.send(buffer).await.db()?;
         }
         let written = copy.finish().await.db()?;
+        let (mut tenants, mut principals, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+        for ((tenant, principal), key) in lanes {
+            tenants.push(tenant);
+            principals.push(principal);
+            keys.push(key);
+        }
+        sqlx::query!(
+            "INSERT INTO queue_lanes AS q (tenant, principal, last_key)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::float8[])
+             ON CONFLICT (tenant, principal) DO UPDATE
+                 SET last_key = greatest(q.last_key, EXCLUDED.last_key)",
+            &tenants,
+            &principals,
+            &keys,
+        )
+        .execute(&mut *tx)
+        .await
+        .db()?;
         tx.commit().await.db()?;
         Ok(written)
     }
@@ -168,7 +212,7 @@ struct Cache {
 }
 
 /// One CSV line of [`COPY`]'s columns, written straight into `out`.
-fn csv_row(task: &Seed, out: &mut Vec<u8>, cache: &mut Cache) -> Result<()> {
+fn csv_row(task: &Seed, key: Option<f64>, out: &mut Vec<u8>, cache: &mut Cache) -> Result<()> {
     let (status, result, error, requests, finished_at) = match &task.state {
         SeedState::Queued { .. } | SeedState::Leased { .. } => ("working", None, None, None, None),
         SeedState::InputRequired { requests } => {
@@ -244,6 +288,7 @@ fn csv_row(task: &Seed, out: &mut Vec<u8>, cache: &mut Cache) -> Result<()> {
     line.text(claim.map(|c| c.worker.as_str()));
     line.display(claim.map(|c| c.pickup_ms));
     line.display(claim.map(|_| task.attempt));
+    line.display(key);
     line.out.push(b'\n');
     Ok(())
 }
@@ -351,12 +396,12 @@ mod tests {
                 .unwrap_or_default(),
         };
         let mut out = Vec::new();
-        csv_row(&task, &mut out, &mut Cache::default()).expect("row");
+        csv_row(&task, Some(2.5), &mut out, &mut Cache::default()).expect("row");
         let line = String::from_utf8(out).expect("utf-8");
         assert!(line.starts_with("\"t\",\"p\"\"q\","), "{line}");
         assert!(line.contains(",\"input_required\",,"), "{line}");
         assert!(line.contains(r#","{""a\""b""}","#), "{line}");
-        assert!(line.ends_with(",\"0\",,,,,\n"), "{line}");
+        assert!(line.ends_with(",\"0\",,,,,,\"2.5\"\n"), "{line}");
     }
 
     #[test]
@@ -384,8 +429,8 @@ mod tests {
         let (mut shared, mut cache) = (Vec::new(), Cache::default());
         let mut fresh = Vec::new();
         for row in &rows {
-            csv_row(row, &mut shared, &mut cache).expect("row");
-            csv_row(row, &mut fresh, &mut Cache::default()).expect("row");
+            csv_row(row, None, &mut shared, &mut cache).expect("row");
+            csv_row(row, None, &mut fresh, &mut Cache::default()).expect("row");
         }
         assert_eq!(String::from_utf8(shared), String::from_utf8(fresh));
     }

@@ -35,6 +35,7 @@ mod live;
 mod outcome;
 pub mod packs;
 mod registry;
+pub mod scheduling;
 mod tool;
 
 pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, ToolContextBuilder};

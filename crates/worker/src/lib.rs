@@ -18,6 +18,7 @@
 mod duty;
 mod executor;
 mod held;
+mod limits;
 mod loops;
 mod presence;
 
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 use mcp_tasks_store::{Lease, TaskId, WorkerStore};
 use mcp_tasks_tools::LiveRegistry;
+use mcp_tasks_tools::scheduling::Scheduling;
 use mcp_tasks_wire::results::Implementation;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::time::Instant;
@@ -61,6 +63,10 @@ pub struct WorkerConfig {
     /// How often the worker refreshes its row in the `workers` table (see `presence.rs`).
     pub presence_interval: Duration,
     pub server_info: Implementation,
+    /// The limits claims respect (the configuration file's scheduling sections; every
+    /// worker must have the same): running tasks at once per tool, upstream, tenant and
+    /// principal, starts per second per tool and upstream.
+    pub scheduling: Scheduling,
 }
 
 impl WorkerConfig {
@@ -77,6 +83,7 @@ impl WorkerConfig {
             tombstone_retention: Duration::from_secs(7 * 24 * 3600),
             presence_interval: Duration::from_secs(15),
             server_info,
+            scheduling: Scheduling::default(),
         }
     }
 

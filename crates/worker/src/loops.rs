@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mcp_tasks_observe::record as observe;
-use mcp_tasks_store::{Event, EventKind, EventsConfig, TaskId};
+use mcp_tasks_store::{ClaimLimits, Event, EventKind, EventsConfig, TaskId};
 use mcp_tasks_tools::Registry;
 use mcp_tasks_wire::backoff::Backoff;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{HEARTBEAT_RETRY, Shared, StopReason, executor};
+use crate::{HEARTBEAT_RETRY, Shared, StopReason, executor, limits};
 
 /// While the queue has a backlog, how long a claim waits for more slots to come free, so
 /// that one claim takes several tasks instead of one statement per finished task.
@@ -24,8 +24,9 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     // The last claim got all it asked for: more is probably waiting.
     let mut backlog = false;
-    // The tools, and the key of their wake-up duty, as of the registry snapshot seen.
-    let mut cached: Option<(Registry, Vec<String>, i32)> = None;
+    // The tools, the key of their wake-up duty and the limits of the claims, as of the
+    // registry snapshot seen.
+    let mut cached: Option<(Registry, Vec<String>, i32, ClaimLimits)> = None;
     // Why the next claim runs (for `mcp_tasks_claim_statements_total`).
     let mut cause = observe::ClaimCause::Start;
     let mut last_full = Instant::now()
@@ -57,15 +58,19 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         let registry = shared.registry.current();
         if !cached
             .as_ref()
-            .is_some_and(|(seen, _, _)| seen.same_snapshot(&registry))
+            .is_some_and(|(seen, ..)| seen.same_snapshot(&registry))
         {
             let names: Vec<String> = registry.names().map(str::to_owned).collect();
             let key = mcp_tasks_store::duty_key(&names);
-            cached = Some((registry, names, key));
+            let limits = limits::claim_limits(&config.scheduling, &registry);
+            cached = Some((registry, names, key, limits));
         }
-        let (tools, duty_key): (&[String], Option<i32>) = cached
+        let none = ClaimLimits::default();
+        let (tools, duty_key, limits): (&[String], Option<i32>, &ClaimLimits) = cached
             .as_ref()
-            .map_or((&[], None), |(_, names, key)| (names, Some(*key)));
+            .map_or((&[], None, &none), |(_, names, key, limits)| {
+                (names, Some(*key), limits)
+            });
         if tools.is_empty() {
             // No tool at all (upstreams not answering yet): claim nothing rather than
             // everything, which is what an empty filter would mean.
@@ -86,17 +91,18 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         observe::claim_statement(cause);
         // The leases run from when the statement starts, which is after this.
         let sent = Instant::now();
-        let claimed = match if full {
-            shared
-                .store
-                .claim_tools(&config.worker_id, wanted as i64, config.lease_ms(), tools)
-                .await
-        } else {
-            shared
-                .store
-                .claim_queued(&config.worker_id, wanted as i64, config.lease_ms(), tools)
-                .await
-        } {
+        let claimed = match shared
+            .store
+            .claim_within(
+                &config.worker_id,
+                wanted as i64,
+                config.lease_ms(),
+                tools,
+                full,
+                limits,
+            )
+            .await
+        {
             Ok(claimed) => {
                 backoff.reset();
                 claimed

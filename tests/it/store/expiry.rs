@@ -223,7 +223,14 @@ async fn expiry_and_retention() {
         .await
         .expect("maintain");
     if finished_at.elapsed() < Duration::from_millis(950) {
-        assert_eq!(report, MaintenanceReport::default());
+        // (The fair order's lanes are its own bookkeeping, forgotten as the clock passes.)
+        assert_eq!(
+            MaintenanceReport {
+                lanes_forgotten: 0,
+                ..report
+            },
+            MaintenanceReport::default()
+        );
         let rec = found(store, &owner, short.id).await;
         assert_eq!(rec.status, TaskStatus::Completed);
         assert_eq!(rec.result, Some(text_result("kept")));

@@ -21,6 +21,7 @@ mod held_input;
 mod hot_paths;
 mod input_keys;
 mod isolation;
+mod lanes;
 mod leases;
 mod lock_order;
 mod migrations;

@@ -15,7 +15,6 @@ mod logged;
 mod official;
 mod reports;
 mod routing;
-mod scheduling;
 mod tasks_2026;
 
 use std::path::PathBuf;

@@ -82,6 +82,8 @@ pub(super) struct Tools {
 /// upstream connections behind it, which live as long as this value.
 pub(super) struct LoadedTools {
     pub(super) registry: LiveRegistry,
+    /// How the queue is shared (the file's scheduling sections; the default without one).
+    pub(super) scheduling: Scheduling,
     _upstreams: Option<Upstreams>,
 }
 
@@ -97,23 +99,18 @@ impl Tools {
         let Some(path) = &self.config else {
             return Ok(LoadedTools {
                 registry: registry.into(),
+                scheduling: Scheduling::default(),
                 _upstreams: None,
             });
         };
         let config = Config::load(path).with_context(|| format!("--config {}", path.display()))?;
-        if config.scheduling != Scheduling::default() {
-            // The sections parse (so a file written for fair scheduling is checked now),
-            // but claims do not read them yet: say so rather than let a limit look held.
-            tracing::warn!(
-                config = %path.display(),
-                "the scheduling sections ([scheduling], [tenant.\"…\"], and the limits and priorities of tools and upstreams) are checked but not enforced yet: workers claim the oldest runnable task, with no weight, priority or limit"
-            );
-        }
+        let scheduling = config.scheduling.clone();
         let (upstreams, registry) = Upstreams::start(config, registry, UpstreamOptions::default())
             .await
             .with_context(|| format!("--config {}", path.display()))?;
         Ok(LoadedTools {
             registry,
+            scheduling,
             _upstreams: Some(upstreams),
         })
     }

@@ -47,6 +47,9 @@ pub(super) enum Bench {
     /// The web console's pages from a cold start (a new replica each) with 100,000 tasks
     /// in the table, beside a raw primary-key select and index read; and their plans.
     Console(Scenario),
+    /// Many tenants on one queue: the fair claim beside the oldest-first one, and a light
+    /// tenant's pickup while one tenant floods; again at 1,000,000 tasks of 10,000 tenants.
+    Fairness(Scenario),
     /// Every scenario above, in turn.
     All(Scenario),
     /// Push latency (commit to frame at the client) with many concurrent listen streams,
@@ -110,6 +113,7 @@ pub(super) async fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Scale(s) => scenarios::run(S::Scale, &scenario_config(s)?, out).await,
         Bench::Efficiency(s) => scenarios::run(S::Efficiency, &scenario_config(s)?, out).await,
         Bench::Console(s) => scenarios::run(S::Console, &scenario_config(s)?, out).await,
+        Bench::Fairness(s) => scenarios::run(S::Fairness, &scenario_config(s)?, out).await,
         Bench::All(s) => scenarios::run_all(&scenario_config(s)?, out).await,
         Bench::Push {
             database_url,

@@ -63,7 +63,11 @@ pub(super) async fn run(
     let worker_run = mcp_tasks_worker::run(
         store.worker(),
         registry.clone(),
-        worker.config(&server.server_name),
+        {
+            let mut config = worker.config(&server.server_name);
+            config.scheduling = tools.scheduling.clone();
+            config
+        },
         shutdown.clone(),
     );
     // Both in this task: when the replica is done, the worker drains too.
@@ -71,6 +75,7 @@ pub(super) async fn run(
         let served = serve(
             store,
             registry,
+            tools.scheduling.clone(),
             &server,
             Some(metrics),
             worker.metrics_listen,

@@ -12,6 +12,7 @@ use mcp_tasks_server::{
 };
 use mcp_tasks_store::Store;
 use mcp_tasks_tools::LiveRegistry;
+use mcp_tasks_tools::scheduling::Scheduling;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Database, Tools, server_info};
@@ -52,6 +53,7 @@ pub(super) async fn run(
     serve(
         store,
         tools.registry.clone(),
+        tools.scheduling.clone(),
         &command.server,
         Some(metrics),
         command.metrics_listen,
@@ -309,6 +311,7 @@ impl ServerArgs {
 pub(super) async fn serve(
     store: Store,
     registry: LiveRegistry,
+    scheduling: Scheduling,
     args: &ServerArgs,
     metrics: Option<Metrics>,
     metrics_listen: Option<SocketAddr>,
@@ -319,6 +322,7 @@ pub(super) async fn serve(
     let mut config = args.config();
     config.metrics = metrics;
     config.metrics_on_listener = metrics_listen.is_none();
+    config.scheduling = scheduling;
     if config.connections.request_timeout <= config.sync_wait {
         bail!(
             "MCP_TASKS_REQUEST_TIMEOUT_MS ({} ms) must be longer than MCP_TASKS_SYNC_WAIT_MS ({} ms), or every wait for a task would be cut short",

@@ -55,7 +55,8 @@ async fn worker(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tools = command.tools.load(app).await?;
-    let config = command.worker.config("mcp-tasks");
+    let mut config = command.worker.config("mcp-tasks");
+    config.scheduling = tools.scheduling.clone();
     command.ready.announce(serde_json::json!({
         "worker_id": config.worker_id,
         "metrics": metrics,

@@ -1,126 +1,30 @@
-//! How the one queue is shared, as the configuration file says: `[scheduling]`,
+//! The configuration file's scheduling sections, read and checked: `[scheduling]`,
 //! `[tenant."…"]`, `[tool."…"]`, and the limits and priorities of `[[upstream]]` and
-//! `[upstream.tool."…"]`. Replicas read the weights and priorities (a task's place in the
-//! queue is set when it is created); workers read the limits (checked when they claim).
-//! Both must run with the same file.
+//! `[upstream.tool."…"]`, into `mcp_tasks_tools::Scheduling` (what they mean is there).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use mcp_tasks_tools::scheduling::{
+    DEFAULT_PRIORITY_ROUNDS, Limits, Order, PRIORITY_RANGE, Scheduling, TenantPolicy,
+};
+
 use super::{ConfigError, Source};
 
-/// The whole policy, checked. The default is fair, unweighted, unlimited.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Scheduling {
-    pub order: Order,
-    /// The weight of a tenant the file does not name.
-    pub tenant_weight: u32,
-    /// How many rounds of the fair order one priority level moves a task ahead.
-    pub priority_rounds: u32,
-    /// Running tasks at once, per tenant / per principal, where nothing more specific says.
-    pub tenant_max_concurrency: Option<u32>,
-    pub principal_max_concurrency: Option<u32>,
-    pub tenants: BTreeMap<String, TenantPolicy>,
-    /// By the name a tool is served under (an upstream's tools with their prefix).
-    pub tools: BTreeMap<String, Limits>,
-    /// By upstream name: limits its tools share.
-    pub groups: BTreeMap<String, Limits>,
-}
-
-impl Default for Scheduling {
-    fn default() -> Self {
-        Self {
-            order: Order::Fair,
-            tenant_weight: 1,
-            priority_rounds: DEFAULT_PRIORITY_ROUNDS,
-            tenant_max_concurrency: None,
-            principal_max_concurrency: None,
-            tenants: BTreeMap::new(),
-            tools: BTreeMap::new(),
-            groups: BTreeMap::new(),
-        }
-    }
-}
-
-/// `priority_rounds` when the file does not say.
-pub const DEFAULT_PRIORITY_ROUNDS: u32 = 64;
-
-/// Priorities range over this (a tool's and its tenant's added, then clamped).
-pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -100..=100;
-
-/// The order of the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// `order` as the file spells it.
+#[derive(Deserialize, Clone, Copy)]
 #[serde(rename_all = "kebab-case")]
-pub enum Order {
-    /// Round-robin across tenants (by weight), then across a tenant's principals; oldest
-    /// first within a principal.
+enum RawOrder {
     Fair,
-    /// Oldest first across everyone (what the service did before fair scheduling; kept
-    /// for comparison).
     Fifo,
-}
-
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TenantPolicy {
-    pub weight: Option<u32>,
-    pub priority: i32,
-    pub max_concurrency: Option<u32>,
-}
-
-/// The limits and priority of a tool or of an upstream's tools together.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Limits {
-    pub max_concurrency: Option<u32>,
-    pub max_per_second: Option<f64>,
-    /// Starts a rate limit lets through at once after a quiet spell.
-    pub burst: Option<u32>,
-    pub priority: i32,
-}
-
-impl Limits {
-    pub fn is_limited(&self) -> bool {
-        self.max_concurrency.is_some() || self.max_per_second.is_some()
-    }
-}
-
-impl Scheduling {
-    /// A tenant's weight.
-    pub fn weight(&self, tenant: &str) -> u32 {
-        self.tenants
-            .get(tenant)
-            .and_then(|t| t.weight)
-            .unwrap_or(self.tenant_weight)
-    }
-
-    /// The priority a task of `tool` (served name; `group`, its upstream) for `tenant` is
-    /// queued with, before a caller lowers it.
-    pub fn priority(&self, tenant: &str, tool: &str, group: Option<&str>) -> i32 {
-        let tool_priority = match self.tools.get(tool) {
-            Some(l) if l.priority != 0 => l.priority,
-            _ => group
-                .and_then(|g| self.groups.get(g))
-                .map_or(0, |l| l.priority),
-        };
-        let tenant_priority = self.tenants.get(tenant).map_or(0, |t| t.priority);
-        (tool_priority + tenant_priority).clamp(*PRIORITY_RANGE.start(), *PRIORITY_RANGE.end())
-    }
-
-    /// Whether any claim needs to look at limits at all.
-    pub fn has_limits(&self) -> bool {
-        self.tenant_max_concurrency.is_some()
-            || self.principal_max_concurrency.is_some()
-            || self.tenants.values().any(|t| t.max_concurrency.is_some())
-            || self.tools.values().any(Limits::is_limited)
-            || self.groups.values().any(Limits::is_limited)
-    }
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawScheduling {
-    order: Option<Order>,
+    order: Option<RawOrder>,
     tenant_weight: Option<Spanned<i64>>,
     priority_rounds: Option<Spanned<i64>>,
     tenant_max_concurrency: Option<Spanned<i64>>,
@@ -226,7 +130,10 @@ pub(crate) fn check(
 ) -> Result<Scheduling, ConfigError> {
     let raw = raw.unwrap_or_default();
     let mut s = Scheduling {
-        order: raw.order.unwrap_or(Order::Fair),
+        order: match raw.order {
+            Some(RawOrder::Fifo) => Order::Fifo,
+            Some(RawOrder::Fair) | None => Order::Fair,
+        },
         ..Scheduling::default()
     };
     if let Some(w) = &raw.tenant_weight {
