@@ -1,9 +1,10 @@
 //! `fairness`: many tenants on one queue.
 //!
-//! - *Claims*: the fair claim (the store's, in `queue_key` order) against the claim as it
-//!   was, oldest first across everyone (`OLDEST_FIRST_CLAIM`, on `tasks_queued`), both
-//!   taking batches of 16 from 16 connections out of the same backlog, in alternating
-//!   rounds of the same number of rows (the median round each).
+//! - *Claims*: the fair claim (the store's statement, in `queue_key` order) against the
+//!   claim as it was, oldest first across everyone (`OLDEST_FIRST_CLAIM`, on
+//!   `tasks_queued`), both issued raw, taking batches of 16 from 16 connections out of the
+//!   same backlog, in alternating rounds of the same number of rows (the median round
+//!   each).
 //! - *Pickup*: how long a light tenant's task waits from its create to its claim, with
 //!   nothing else queued and while one heavy tenant has its whole backlog queued and a
 //!   worker drains it (the heavy tenant's claim rate is printed beside).
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_tasks_store::testing::{OLDEST_FIRST_CLAIM, Seed};
-use mcp_tasks_store::{Owner, PoolConfig, Store};
+use mcp_tasks_store::Owner;
+use mcp_tasks_store::testing::{FAIR_CLAIM, OLDEST_FIRST_CLAIM, Seed};
 use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -81,14 +82,6 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
         return Ok(());
     }
     let sizes = Sizes::of(env);
-    let claimer = Store::connect(
-        &env.db.url,
-        &PoolConfig {
-            max_connections: CLIENTS as u32,
-            ..PoolConfig::default()
-        },
-    )
-    .await?;
     let raw = PgPoolOptions::new()
         .max_connections(CLIENTS as u32)
         .connect(&env.db.url)
@@ -97,7 +90,7 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
     // One heavy tenant.
     let needed = sizes.round as usize * sizes.rounds * 2 + sizes.flood;
     seed(env, out, (0..needed).map(|_| Owner::new("heavy", "flood"))).await?;
-    let ratio = claims(&claimer, &raw, &sizes, out, "one tenant").await?;
+    let ratio = claims(&raw, &sizes, out, "one tenant").await?;
     target(
         out,
         "fairness claims >= 0.9x the oldest-first claim",
@@ -140,14 +133,7 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
     let label = format!("{} tasks of {tenants} tenants", sizes.many_tasks);
     let owners = (0..sizes.many_tasks).map(move |i| Owner::new(format!("t{}", i % tenants), "p"));
     seed(env, out, owners).await?;
-    let ratio = claims(
-        &claimer,
-        &raw,
-        &sizes,
-        out,
-        &format!("{label}, arrived interleaved"),
-    )
-    .await?;
+    let ratio = claims(&raw, &sizes, out, &format!("{label}, arrived interleaved")).await?;
     target(
         out,
         "fairness claims at many tenants >= 0.9x the oldest-first claim",
@@ -172,7 +158,6 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
     let owners = (0..sizes.many_tasks).map(move |i| Owner::new(format!("t{}", i / per), "p"));
     seed(env, out, owners).await?;
     claims(
-        &claimer,
         &raw,
         &sizes,
         out,
@@ -180,7 +165,6 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
     )
     .await?;
     empty(env).await?;
-    claimer.close().await;
     raw.close().await;
     Ok(())
 }
@@ -217,7 +201,6 @@ async fn empty(env: &Env) -> anyhow::Result<()> {
 /// Alternating rounds of the fair claim and the oldest-first one; their median rates'
 /// ratio.
 async fn claims(
-    claimer: &Store,
     raw: &PgPool,
     sizes: &Sizes,
     out: &mut dyn Write,
@@ -227,39 +210,32 @@ async fn claims(
     for round in 0..sizes.rounds {
         // Which goes first alternates, so neither always meets the warmer cache.
         for fair_turn in [round % 2 == 0, round % 2 == 1] {
-            let rate = if fair_turn {
-                let worker = claimer.worker();
-                claim_rate(sizes.round, move |n| {
-                    let worker = worker.clone();
-                    async move {
-                        let got = worker
-                            .claim_queued(&format!("bench-fair-{n}"), BATCH, 600_000, &[])
-                            .await?;
-                        Ok(got.len() as u64)
-                    }
-                })
-                .await?
+            // Both raw, from the same pool, with the same parameters and the same rows
+            // back: only the statements differ.
+            let (statement, name) = if fair_turn {
+                (FAIR_CLAIM, "fair")
             } else {
-                let raw = raw.clone();
-                claim_rate(sizes.round, move |n| {
-                    let raw = raw.clone();
-                    async move {
-                        let rows = sqlx::query(OLDEST_FIRST_CLAIM)
-                            .bind(format!("bench-oldest-{n}"))
-                            .bind(BATCH)
-                            .bind(600_000_i64)
-                            // The status texts are the service's business; any will do.
-                            .bind("Running")
-                            .bind("Running (attempt {attempt})")
-                            .bind(Vec::<String>::new())
-                            .bind(false)
-                            .fetch_all(&raw)
-                            .await?;
-                        Ok(rows.len() as u64)
-                    }
-                })
-                .await?
+                (OLDEST_FIRST_CLAIM, "oldest")
             };
+            let raw = raw.clone();
+            let rate = claim_rate(sizes.round, move |n| {
+                let raw = raw.clone();
+                async move {
+                    let rows = sqlx::query(statement)
+                        .bind(format!("bench-{name}-{n}"))
+                        .bind(BATCH)
+                        .bind(600_000_i64)
+                        // The status texts are the service's business; any will do.
+                        .bind("Running")
+                        .bind("Running (attempt {attempt})")
+                        .bind(Vec::<String>::new())
+                        .bind(false)
+                        .fetch_all(&raw)
+                        .await?;
+                    Ok(rows.len() as u64)
+                }
+            })
+            .await?;
             if fair_turn { &mut fair } else { &mut oldest }.push(rate);
         }
     }

@@ -365,8 +365,10 @@ macro_rules! claim_head {
 }
 
 /// The claim without limits. Built at run time, not checked by `query_as!`: its row
-/// flattens a `TaskRow`, which the macros cannot fill.
-const CLAIM: &str = concat!(claim_head!("queue_key"), claim_tail!());
+/// flattens a `TaskRow`, which the macros cannot fill. Public to the benchmarks (the
+/// `testing` feature), which issue it raw beside [`OLDEST_FIRST_CLAIM`].
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+pub const CLAIM: &str = concat!(claim_head!("queue_key"), claim_tail!());
 
 /// The claim as it was before fair scheduling: the queue oldest first across everyone
 /// (on `tasks_queued`), and no clock. What `mcp-tasks bench fairness` compares the fair
