@@ -71,6 +71,14 @@ async fn start_returns_with_what_the_ready_line_says_and_the_log_goes_to_the_sin
         process.try_wait().expect("try_wait").is_none(),
         "still running"
     );
+    // The child writes its next line after the ready line, and the sink reads it on its
+    // own: wait for it, or a kill can come before the child has written it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while lines.lock().unwrap_or_else(|e| e.into_inner()).len() < 2
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     process.kill().await;
     let lines = lines.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(
