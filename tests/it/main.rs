@@ -32,6 +32,7 @@ mod console;
 mod cut_off;
 mod fairness;
 mod harness;
+mod leader;
 mod limits;
 mod oauth;
 mod oauth_suite;

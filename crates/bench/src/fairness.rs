@@ -229,7 +229,6 @@ async fn claims(
                         .bind("Running")
                         .bind("Running (attempt {attempt})")
                         .bind(Vec::<String>::new())
-                        .bind(false)
                         .fetch_all(&raw)
                         .await?;
                     Ok(rows.len() as u64)

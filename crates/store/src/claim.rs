@@ -1,5 +1,9 @@
 //! Claiming: runnable tasks taken in the queue's fair order (`queue_key`, see
 //! ARCHITECTURE.md, *Scheduling*) under a fenced lease, in one statement per batch.
+//! Claims read the queue only, and a worker's claim only its tools' queues
+//! (`tasks_queue_by_tool`): what it reads does not grow with other tools' backlogs, nor
+//! with the leases the fleet holds (the maintenance leader requeues lapsed ones: see
+//! `leader.rs`).
 //!
 //! With limits ([`ClaimLimits`]: running tasks at once per tool, upstream, tenant and
 //! principal, starts per second per tool and upstream), the statement also counts what
@@ -91,8 +95,8 @@ impl WorkerStore {
         self.claim_tools(worker, limit, lease_ms, &[]).await
     }
 
-    /// Claims up to `limit` runnable tasks of `tools` (empty: any), lapsed leases too,
-    /// without limits (see [`WorkerStore::claim_within`]).
+    /// Claims up to `limit` runnable tasks of `tools` (empty: any) without limits (see
+    /// [`WorkerStore::claim_within`]).
     pub async fn claim_tools(
         &self,
         worker: &str,
@@ -100,44 +104,16 @@ impl WorkerStore {
         lease_ms: i64,
         tools: &[String],
     ) -> Result<Vec<Claimed>> {
-        self.claim_within(
-            worker,
-            limit,
-            lease_ms,
-            tools,
-            true,
-            &ClaimLimits::default(),
-        )
-        .await
-    }
-
-    /// Like [`WorkerStore::claim_tools`], from the queue only: lapsed leases are left for the
-    /// next full claim.
-    pub async fn claim_queued(
-        &self,
-        worker: &str,
-        limit: i64,
-        lease_ms: i64,
-        tools: &[String],
-    ) -> Result<Vec<Claimed>> {
-        self.claim_within(
-            worker,
-            limit,
-            lease_ms,
-            tools,
-            false,
-            &ClaimLimits::default(),
-        )
-        .await
+        self.claim_within(worker, limit, lease_ms, tools, &ClaimLimits::default())
+            .await
     }
 
     /// Claims up to `limit` runnable tasks in one statement, in the queue's fair order.
-    /// With `tools`, only tasks of those tools (a worker claims what it can run); empty
-    /// means any tool. With `lapsed`, tasks whose previous lease lapsed are reclaimed
-    /// first (those with no attempts left are not: see [`WorkerStore::rescue_lapsed`]);
-    /// without, the queue only (for the claims a worker makes whenever a slot frees up:
-    /// looking for lapsed leases once per poll interval is enough, since recovery takes
-    /// a lease plus a poll anyway). Nothing is claimed past `limits` (see the module).
+    /// With `tools`, only tasks of those tools (a worker claims what it can run), read
+    /// from those tools' queues only; empty means any tool. Claims read only the queue:
+    /// a lapsed lease is put back in it by the maintenance leader
+    /// ([`WorkerStore::requeue_lapsed`]), where it keeps its place. Nothing is claimed
+    /// past `limits` (see the module).
     #[tracing::instrument(name = "db.lease.claim", skip_all, fields(worker = worker), err(level = "debug"))]
     pub async fn claim_within(
         &self,
@@ -145,18 +121,21 @@ impl WorkerStore {
         limit: i64,
         lease_ms: i64,
         tools: &[String],
-        lapsed: bool,
         limits: &ClaimLimits,
     ) -> Result<Vec<Claimed>> {
         let rows: Vec<ClaimedRow> = if limits.is_empty() {
-            sqlx::query_as(CLAIM)
+            let statement = if tools.is_empty() {
+                CLAIM
+            } else {
+                CLAIM_BY_TOOL
+            };
+            sqlx::query_as(statement)
                 .bind(worker)
                 .bind(limit)
                 .bind(lease_ms)
                 .bind(service_messages::RUNNING)
                 .bind(service_messages::RUNNING_AGAIN)
                 .bind(tools)
-                .bind(lapsed)
                 .fetch_all(self.db.pool())
                 .await
                 .db()?
@@ -203,14 +182,18 @@ impl WorkerStore {
                 per_second.push(rate.per_second);
                 burst.push(rate.burst.max(1.0));
             }
-            let rows = sqlx::query_as(CLAIM_LIMITED)
+            let statement = if tools.is_empty() {
+                CLAIM_LIMITED
+            } else {
+                CLAIM_LIMITED_BY_TOOL
+            };
+            let rows = sqlx::query_as(statement)
                 .bind(worker)
                 .bind(limit)
                 .bind(lease_ms)
                 .bind(service_messages::RUNNING)
                 .bind(service_messages::RUNNING_AGAIN)
                 .bind(tools)
-                .bind(lapsed)
                 .bind(conc_kinds)
                 .bind(conc_names)
                 .bind(conc_max)
@@ -254,8 +237,145 @@ impl WorkerStore {
     }
 }
 
-/// What both claims end with: the worker's clock, the update of the chosen rows
-/// (`candidates`: `c_ctid`, `c_id`, `reclaimed`, `runnable_since`, `c_key`), and the rows.
+/// What makes a row claimable now: queued (the predicate of both queue indexes,
+/// `tasks_queue_order` and `tasks_queue_by_tool`), runnable, not being cancelled, and not
+/// past its TTL (expiry finishes those).
+macro_rules! claimable {
+    () => {
+        "status = 'working' AND lease_owner IS NULL AND run_after <= now()
+          AND cancel_requested_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+    };
+}
+
+/// The columns a claim's candidates carry: where the row is, its id, whether its last
+/// lease lapsed (the maintenance leader requeued it: this claim is a reclaim), since when
+/// it is runnable (for the pickup delay), and its key (for the clock).
+macro_rules! candidate_columns {
+    () => {
+        "ctid AS c_ctid, id AS c_id, lease_lapsed AS reclaimed, run_after AS runnable_since,
+            queue_key AS c_key"
+    };
+}
+
+/// `$name`: the first `$take` claimable rows of the tools `$6` (empty: any) matching
+/// `$filter`, in claim order, locked: a walk of `tasks_queue_order`, past other tools'
+/// tasks when there is a filter (see [`queue_by_tool`] for that).
+macro_rules! queue_any_tool {
+    ($name:literal, $cols:expr, $filter:expr, $take:literal) => {
+        concat!(
+            $name,
+            " AS MATERIALIZED (
+        SELECT ",
+            $cols,
+            "
+        FROM tasks
+        WHERE ",
+            claimable!(),
+            "
+          AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))",
+            $filter,
+            "
+        ORDER BY queue_key
+        LIMIT ",
+            $take,
+            "
+        FOR UPDATE SKIP LOCKED
+    ),"
+        )
+    };
+}
+
+/// `$name`: the first `$take` claimable rows of the tools `$tools` (a FROM item of
+/// `f(tool)`) matching `$filter`, in claim order, locked, reading only those tools' queues
+/// (`tasks_queue_by_tool`), never past another tool's backlog.
+///
+/// - `heads`: each tool's first rows, not locked, merged: `$take` index entries per tool.
+///   The tool is matched as `tool >= f.tool AND tool <= f.tool` and ordered by `tool,
+///   queue_key`, not `tool = f.tool`: with the equality the planner counts the tool as
+///   settled, sees `tasks_queue_order` giving the same order, and (the generic plan
+///   guessing a third of the queue per tool) walks it past every other tool's task, 1,500
+///   buffers instead of 11 behind a backlog of 20,000.
+/// - `first`: those rows, locked, skipping what another claim holds: a TID scan.
+/// - `more`: only when another claim running beside this one took some of the heads,
+///   each tool's next rows locked in its queue, up to what is still wanted (a few rows
+///   may be locked and not taken until this statement ends); so claims side by side do
+///   not come back short while work is queued, which would send a worker to sleep.
+macro_rules! queue_by_tool {
+    ($name:literal, $cols:expr, $tools:expr, $filter:expr, $take:literal) => {
+        concat!(
+            r"
+    heads AS MATERIALIZED (
+        SELECT h.ctid AS h_ctid, h.queue_key AS h_key
+        FROM ",
+            $tools,
+            r"
+        CROSS JOIN LATERAL (
+            SELECT ctid, queue_key
+            FROM tasks
+            WHERE tool >= f.tool AND tool <= f.tool AND ",
+            claimable!(),
+            $filter,
+            r"
+            ORDER BY tool, queue_key
+            LIMIT ",
+            $take,
+            r"
+        ) h
+        ORDER BY h.queue_key
+        LIMIT ",
+            $take,
+            r"
+    ),
+    first AS MATERIALIZED (
+        SELECT ",
+            $cols,
+            r"
+        FROM tasks
+        WHERE ctid = ANY (ARRAY(SELECT h_ctid FROM heads)) AND ",
+            claimable!(),
+            r"
+        ORDER BY queue_key
+        LIMIT ",
+            $take,
+            r"
+        FOR UPDATE SKIP LOCKED
+    ),
+    more AS MATERIALIZED (
+        SELECT m.*
+        FROM ",
+            $tools,
+            r"
+        CROSS JOIN LATERAL (
+            SELECT ",
+            $cols,
+            r"
+            FROM tasks
+            WHERE tool >= f.tool AND tool <= f.tool AND ",
+            claimable!(),
+            $filter,
+            r"
+              AND ctid <> ALL (ARRAY(SELECT c_ctid FROM first))
+            ORDER BY tool, queue_key
+            LIMIT ",
+            $take,
+            r" - (SELECT count(*) FROM first)
+            FOR UPDATE SKIP LOCKED
+        ) m
+        WHERE (SELECT count(*) FROM first) < (SELECT count(*) FROM heads)
+        ORDER BY m.c_key
+        LIMIT ",
+            $take,
+            r" - (SELECT count(*) FROM first)
+    ),
+    ",
+            $name,
+            " AS MATERIALIZED (SELECT * FROM first UNION ALL SELECT * FROM more),"
+        )
+    };
+}
+
+/// What both claims end with, after `candidates` (of [`candidate_columns`]): the
+/// worker's clock, the update of the chosen rows, and the rows.
 macro_rules! claim_tail {
     () => {
         concat!(
@@ -286,24 +406,22 @@ macro_rules! update_tail {
             -- would fail the condition and simply not be claimed.
             claimed AS (
                 UPDATE tasks t SET
-                    -- A lapsed run's held input request (held_input.rs) died with it.
-                    status = 'working',
-                    input_requests = NULL,
                     lease_owner = $1,
                     lease_token = t.lease_token + 1,
                     lease_expires_at = now() + $3 * interval '1 millisecond',
-                    -- Out of the queue's index; leased rows are found by tasks_leased.
+                    lease_lapsed = false,
+                    input_requests = NULL,
+                    -- Out of the queue's indexes; leased rows are found by tasks_leased.
                     run_after = NULL,
                     attempt = t.attempt + 1,
                     claimed_attempt = t.attempt + 1,
-                    -- The run's claim, for its history (the row is rewritten here anyway);
-                    -- runnable since as the candidates say: a lapsed lease's expiry, or
-                    -- the queued task's run_after.
+                    -- The run's claim, for its history (the row is rewritten here anyway),
+                    -- and its pickup delay: from when it became runnable (created,
+                    -- answered, released or its lease lapsed) to now.
                     claimed_at = now(),
                     claimed_by = $1,
-                    pickup_ms = least(greatest(EXTRACT(EPOCH FROM now() - CASE
-                        WHEN t.lease_owner IS NOT NULL THEN t.lease_expires_at
-                        ELSE t.run_after END) * 1000, 0), 2147483647)::integer,
+                    pickup_ms = least(greatest(
+                        EXTRACT(EPOCH FROM now() - t.run_after) * 1000, 0), 2147483647)::integer,
                     status_message = CASE WHEN t.attempt = 0 THEN $4
                         ELSE replace($5, '{attempt}', (t.attempt + 1)::text) END,
                     updated_at = now(),
@@ -319,62 +437,53 @@ macro_rules! update_tail {
     };
 }
 
-/// Lapsed leases, then the queue in `$order`, as `candidates`.
-macro_rules! claim_head {
-    ($order:literal) => {
-        concat!(
-            r"
-    -- Leases that lapsed with attempts left (few rows: only leased ones are in
-    -- tasks_leased), then the queue in order (the fair order on tasks_queue_order); none
-    -- past its TTL. Each with the moment it became runnable (for the pickup metric).
-    WITH lapsed AS MATERIALIZED (
-        SELECT ctid AS c_ctid, id AS c_id, true AS reclaimed,
-            lease_expires_at AS runnable_since, queue_key AS c_key
-        FROM tasks
-        WHERE $7
-          AND lease_owner IS NOT NULL
-          AND status IN ('working', 'input_required')
-          AND lease_expires_at <= now()
-          AND attempt < max_attempts
-          AND cancel_requested_at IS NULL
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-        -- A plain index scan of tasks_leased, as rescue's (see there).
-        ORDER BY id
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    ),
-    queued AS MATERIALIZED (
-        SELECT ctid, id, false, run_after, queue_key
-        FROM tasks
-        WHERE status = 'working'
-          AND lease_owner IS NULL
-          AND run_after <= now()
-          AND cancel_requested_at IS NULL
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-        ORDER BY ",
-            $order,
-            r"
-        LIMIT $2 - (SELECT count(*) FROM lapsed)
-        FOR UPDATE SKIP LOCKED
-    ),
-    candidates AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),"
-        )
-    };
-}
-
-/// The claim without limits. Built at run time, not checked by `query_as!`: its row
-/// flattens a `TaskRow`, which the macros cannot fill. Public to the benchmarks (the
-/// `testing` feature), which issue it raw beside [`OLDEST_FIRST_CLAIM`].
+/// The claim without limits, any tool: `$1` worker, `$2` rows wanted, `$3` lease (ms),
+/// `$4`, `$5` the status messages of a first and a later attempt, `$6` the tools (empty:
+/// any; a worker's claim is [`CLAIM_BY_TOOL`]). Built at run time, not checked by `query_as!`: its row flattens a `TaskRow`,
+/// which the macros cannot fill. Public to the benchmarks (the `testing` feature), which
+/// issue it raw beside [`OLDEST_FIRST_CLAIM`].
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
-pub const CLAIM: &str = concat!(claim_head!("queue_key"), claim_tail!());
+pub const CLAIM: &str = concat!(
+    "WITH ",
+    queue_any_tool!("candidates", candidate_columns!(), "", "$2"),
+    claim_tail!()
+);
+
+/// The claim without limits, of the tools `$6` only (what a worker claims: the tools it
+/// can run).
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+pub const CLAIM_BY_TOOL: &str = concat!(
+    "WITH ",
+    queue_by_tool!(
+        "candidates",
+        candidate_columns!(),
+        "unnest($6::text[]) AS f(tool)",
+        "",
+        "$2"
+    ),
+    claim_tail!()
+);
 
 /// The claim as it was before fair scheduling: the queue oldest first across everyone
 /// (on `tasks_queued`), and no clock. What `mcp-tasks bench fairness` compares the fair
 /// claim with; same parameters and rows.
 #[cfg(feature = "testing")]
-pub const OLDEST_FIRST_CLAIM: &str = concat!(claim_head!("run_after"), update_tail!());
+pub const OLDEST_FIRST_CLAIM: &str = concat!(
+    "WITH candidates AS MATERIALIZED (
+        SELECT ",
+    candidate_columns!(),
+    "
+        FROM tasks
+        WHERE ",
+    claimable!(),
+    "
+          AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
+        ORDER BY run_after
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ),",
+    update_tail!()
+);
 
 /// The limit keys a task of (tool, tenant, principal) counts against, as rows
 /// (kind, a, b), for a `CROSS JOIN LATERAL` after a `LEFT JOIN tool_groups g`: every
@@ -407,7 +516,7 @@ macro_rules! max_of {
             $a,
             ") WHEN 'tenant' THEN coalesce((SELECT t.max FROM tenant_max t WHERE t.tenant = ",
             $a,
-            "), $15) WHEN 'owner' THEN $16 END"
+            "), $14) WHEN 'owner' THEN $15 END"
         )
     };
 }
@@ -416,7 +525,7 @@ macro_rules! max_of {
 /// tokens).
 macro_rules! not_blocked {
     () => {
-        "NOT EXISTS (SELECT 1 FROM blocked x WHERE
+        " AND NOT EXISTS (SELECT 1 FROM blocked x WHERE
             (x.kind = 'tool' AND x.a = tasks.tool)
             OR (x.kind = 'group' AND x.a = (SELECT grp FROM tool_groups WHERE tool = tasks.tool))
             OR (x.kind = 'tenant' AND x.a = tasks.tenant)
@@ -424,17 +533,26 @@ macro_rules! not_blocked {
     };
 }
 
-/// The claim with limits (after the advisory lock; see the module). $8..$10: the
-/// concurrency limits of tools and groups (kind, name, max); $11, $12: each tool's group;
-/// $13, $14: tenants' limits; $15: any other tenant's; $16: any principal's; $17..$20:
-/// rates (kind, name, per second, burst).
-const CLAIM_LIMITED: &str = concat!(
-    r"
-    WITH conc AS (SELECT * FROM unnest($8::text[], $9::text[], $10::int4[]) AS x(kind, name, max)),
-    tool_groups AS (SELECT * FROM unnest($11::text[], $12::text[]) AS x(tool, grp)),
-    tenant_max AS (SELECT * FROM unnest($13::text[], $14::int4[]) AS x(tenant, max)),
+/// The limited claim's candidate columns, with what its keys are made of.
+macro_rules! pool_columns {
+    () => {
+        concat!(candidate_columns!(), ", tool, tenant, principal")
+    };
+}
+
+/// The limited claims' start, up to the counts of what runs and the keys with no room.
+/// $7..$9: the concurrency limits of tools and groups (kind, name, max); $10, $11: each
+/// tool's group; $12, $13: tenants' limits; $14: any other tenant's; $15: any principal's;
+/// $16..$19: rates (kind, name, per second, burst).
+macro_rules! limited_head {
+    () => {
+        concat!(
+            r"
+    WITH conc AS (SELECT * FROM unnest($7::text[], $8::text[], $9::int4[]) AS x(kind, name, max)),
+    tool_groups AS (SELECT * FROM unnest($10::text[], $11::text[]) AS x(tool, grp)),
+    tenant_max AS (SELECT * FROM unnest($12::text[], $13::int4[]) AS x(tenant, max)),
     rates AS (
-        SELECT * FROM unnest($17::text[], $18::text[], $19::float8[], $20::float8[])
+        SELECT * FROM unnest($16::text[], $17::text[], $18::float8[], $19::float8[])
             AS x(kind, name, per_second, burst)
     ),
     -- What runs now, by key: live leases (a lapsed one frees its slot), a handful per
@@ -443,8 +561,8 @@ const CLAIM_LIMITED: &str = concat!(
         SELECT k.kind, k.a, k.b, count(*) AS n
         FROM tasks r LEFT JOIN tool_groups g ON g.tool = r.tool
         CROSS JOIN LATERAL ",
-    keys_of!("r"),
-    r"
+            keys_of!("r"),
+            r"
         WHERE r.lease_owner IS NOT NULL AND r.lease_expires_at > now() AND k.a IS NOT NULL
         GROUP BY k.kind, k.a, k.b
     ),
@@ -458,60 +576,33 @@ const CLAIM_LIMITED: &str = concat!(
     -- backlog held back does not fill the batch.
     blocked AS MATERIALIZED (
         SELECT kind, a, b FROM running WHERE n >= ",
-    max_of!("kind", "a"),
-    r"
+            max_of!("kind", "a"),
+            r"
         UNION ALL SELECT kind, name, '' FROM avail WHERE tokens < 1
-    ),
-    lapsed AS MATERIALIZED (
-        SELECT ctid AS c_ctid, id AS c_id, true AS reclaimed,
-            lease_expires_at AS runnable_since, queue_key AS c_key, tool, tenant, principal
-        FROM tasks
-        WHERE $7
-          AND lease_owner IS NOT NULL
-          AND status IN ('working', 'input_required')
-          AND lease_expires_at <= now()
-          AND attempt < max_attempts
-          AND cancel_requested_at IS NULL
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-          AND ",
-    not_blocked!(),
-    r"
-        ORDER BY id
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    ),
-    -- Room to spare: keys with some room left may still turn some of these away.
-    queued AS MATERIALIZED (
-        SELECT ctid, id, false, run_after, queue_key, tool, tenant, principal
-        FROM tasks
-        WHERE status = 'working'
-          AND lease_owner IS NULL
-          AND run_after <= now()
-          AND cancel_requested_at IS NULL
-          AND (expires_at IS NULL OR expires_at > now())
-          AND (cardinality($6::text[]) = 0 OR tool = ANY($6::text[]))
-          AND ",
-    not_blocked!(),
-    r"
-        ORDER BY queue_key
-        LIMIT 4 * $2 - (SELECT count(*) FROM lapsed)
-        FOR UPDATE SKIP LOCKED
-    ),
-    pool AS MATERIALIZED (SELECT * FROM lapsed UNION ALL SELECT * FROM queued),
+    ),"
+        )
+    };
+}
+
+/// The limited claims' end, after `pool` (of [`pool_columns`]): room to spare (`4 * $2`
+/// rows) from which the keys with some room left may still turn some away.
+macro_rules! limited_tail {
+    () => {
+        concat!(
+            r"
     -- Each task's keys, ranked among the pool in claim order: a task fits a key when what
     -- runs under it plus the pool's tasks before it and itself stay within its limit,
     -- and within its tokens. (A task turned away by one key still counts for its other
     -- keys: the batch may admit less than there is room for, never more.)
     keyed AS MATERIALIZED (
         SELECT p.c_id, k.kind, k.a, k.b, ",
-    max_of!("k.kind", "k.a"),
-    r" AS max,
+            max_of!("k.kind", "k.a"),
+            r" AS max,
             row_number() OVER (PARTITION BY k.kind, k.a, k.b ORDER BY p.c_key, p.c_id) AS rank
         FROM pool p LEFT JOIN tool_groups g ON g.tool = p.tool
         CROSS JOIN LATERAL ",
-    keys_of!("p"),
-    r"
+            keys_of!("p"),
+            r"
         WHERE k.a IS NOT NULL
     ),
     fits AS (
@@ -540,5 +631,33 @@ const CLAIM_LIMITED: &str = concat!(
         ) u ON u.kind = av.kind AND u.a = av.name
         ON CONFLICT (kind, name) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at
     ),",
-    claim_tail!()
+            claim_tail!()
+        )
+    };
+}
+
+/// The claim with limits (after the advisory lock; see the module), any tool.
+const CLAIM_LIMITED: &str = concat!(
+    limited_head!(),
+    queue_any_tool!("pool", pool_columns!(), not_blocked!(), "4 * $2"),
+    limited_tail!()
+);
+
+/// The claim with limits of the tools `$6` only. A tool or group at its limit is left
+/// out before its queue is read; a tenant or principal at its limit is passed over within
+/// each tool's queue.
+const CLAIM_LIMITED_BY_TOOL: &str = concat!(
+    limited_head!(),
+    queue_by_tool!(
+        "pool",
+        pool_columns!(),
+        "(SELECT u.tool FROM unnest($6::text[]) AS u(tool)
+          WHERE NOT EXISTS (SELECT 1 FROM blocked x WHERE
+              (x.kind = 'tool' AND x.a = u.tool)
+              OR (x.kind = 'group' AND x.a = (SELECT grp FROM tool_groups WHERE tool = u.tool)))
+         ) AS f",
+        not_blocked!(),
+        "4 * $2"
+    ),
+    limited_tail!()
 );

@@ -93,6 +93,62 @@ impl WorkerStore {
         })
     }
 
+    /// Turns lapsed leases with attempts left back into queued rows, so that any worker's
+    /// claim (which reads only the queue) runs them again; the maintenance leader does
+    /// this, one statement per batch for the whole fleet. The task keeps its place in the
+    /// queue (`queue_key`: ahead of what came after it), becomes runnable from when the
+    /// lease lapsed (for the pickup delay), and its next claim is a reclaim
+    /// (`lease_lapsed`). Input the lost run had asked for dies with it, as on a claim.
+    /// The lapsed lease's token stays, and the heartbeat of a worker that was only cut
+    /// off finds its lease gone (`FENCED`) and stops the run. Wakes idle workers when
+    /// anything was requeued. Returns how many were.
+    #[tracing::instrument(name = "db.lease.requeue", skip_all, err(level = "debug"))]
+    pub async fn requeue_lapsed(&self, limit: i64) -> Result<u64> {
+        let requeued = checked!(query_scalar!(
+            r#"
+            WITH lapsed AS MATERIALIZED (
+                SELECT ctid
+                FROM tasks
+                WHERE lease_owner IS NOT NULL
+                  AND status IN ('working', 'input_required')
+                  AND lease_expires_at <= now()
+                  AND attempt < max_attempts
+                  AND cancel_requested_at IS NULL
+                  AND (expires_at IS NULL OR expires_at > now())
+                -- A plain index scan of tasks_leased, as rescue's.
+                ORDER BY id
+                LIMIT $1
+                FOR UPDATE SKIP LOCKED
+            ),
+            requeued AS (
+                UPDATE tasks t SET
+                    status = 'working',
+                    input_requests = NULL,
+                    lease_owner = NULL,
+                    lease_expires_at = NULL,
+                    run_after = t.lease_expires_at,
+                    lease_lapsed = true,
+                    updated_at = now(),
+                    version = t.version + 1
+                WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM lapsed))
+                RETURNING 1
+            )
+            SELECT count(*) AS "n!" FROM requeued
+            "#,
+            limit
+        ))
+        .fetch_one(self.db.pool())
+        .await
+        .db()?;
+        let requeued = u64::try_from(requeued).unwrap_or(0);
+        if requeued > 0 {
+            self.db
+                .notify(notify::RUNNABLE, &notify::Tenants::ALL.payload())
+                .await?;
+        }
+        Ok(requeued)
+    }
+
     /// Extends every lease in `leases` that is still held, in one statement. Leases not
     /// in the reply are lost.
     ///

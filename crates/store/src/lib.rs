@@ -46,6 +46,7 @@ mod events;
 mod finish;
 mod held_input;
 mod lanes;
+mod leader;
 mod lease;
 mod listing;
 mod maintenance;

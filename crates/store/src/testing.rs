@@ -18,7 +18,9 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::{DbResult, Owner, Result, Store, StoreError, TaskId};
 
-pub use crate::claim::{CLAIM as FAIR_CLAIM, OLDEST_FIRST_CLAIM};
+pub use crate::claim::{
+    CLAIM as FAIR_CLAIM, CLAIM_BY_TOOL as FAIR_CLAIM_BY_TOOL, OLDEST_FIRST_CLAIM,
+};
 
 /// A task to seed. [`Seed::new`] gives a queued one, created now; set what differs.
 #[derive(Debug, Clone, PartialEq)]

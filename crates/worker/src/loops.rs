@@ -29,9 +29,6 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut cached: Option<(Registry, Vec<String>, i32, ClaimLimits)> = None;
     // Why the next claim runs (for `mcp_tasks_claim_statements_total`).
     let mut cause = observe::ClaimCause::Start;
-    let mut last_full = Instant::now()
-        .checked_sub(config.poll_interval)
-        .unwrap_or_else(Instant::now);
     loop {
         // Wait for one free slot, then take every other free slot too.
         let first = tokio::select! {
@@ -82,12 +79,6 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
             }
             continue;
         }
-        // Lapsed leases are looked for once per poll interval; the claims in between
-        // take from the queue only.
-        let full = last_full.elapsed() >= config.poll_interval;
-        if full {
-            last_full = Instant::now();
-        }
         observe::claim_statement(cause);
         // The leases run from when the statement starts, which is after this.
         let sent = Instant::now();
@@ -98,7 +89,6 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
                 wanted as i64,
                 config.lease_ms(),
                 tools,
-                full,
                 limits,
             )
             .await
@@ -135,7 +125,7 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
 
         if got < wanted {
             // Drained what was runnable: sleep until notified, or poll as a backstop
-            // (notifications can be lost, and lapsed leases notify nobody).
+            // (notifications can be lost).
             cause = tokio::select! {
                 () = shared.wake.notified() => observe::ClaimCause::Notified,
                 () = tokio::time::sleep(config.poll_interval) => observe::ClaimCause::Poll,
@@ -257,8 +247,6 @@ pub(crate) async fn listen(shared: Arc<Shared>, shutdown: CancellationToken) {
     }
 }
 
-/// Lease rescue, expiry and deletion. Every worker runs it; statements skip rows another
-/// worker has locked, so they never collide.
 /// How often a worker looks for tasks nobody claims, and how long they must have waited.
 const QUEUE_CHECK_EVERY: Duration = Duration::from_secs(30);
 
@@ -291,14 +279,26 @@ const ANALYZE_MIN_ROWS: i64 = 1000;
 /// At most one ANALYZE of the task table per this many milliseconds, by any worker.
 const ANALYZE_MIN_GAP_MS: i64 = 10_000;
 
+/// How many maintenance rounds a leader's term lasts: a leader that dies is replaced
+/// within this many rounds (its last term runs out first).
+const LEADER_TERM_ROUNDS: u32 = 3;
+
+/// Maintenance: every worker keeps the table's statistics fresh (one at a time) and
+/// reports tools it does not have; the leader alone (see `mcp_tasks_store`'s
+/// `leader.rs`) finishes or requeues lapsed leases and expires and deletes tasks, so
+/// that what the fleet reads for them does not grow with the number of workers.
 pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken) {
     let config = &shared.config;
     let keep_ms = i64::try_from(config.tombstone_retention.as_millis()).unwrap_or(i64::MAX);
+    let term_ms = i64::try_from((config.maintenance_interval * LEADER_TERM_ROUNDS).as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1);
     let mut queue_checked = Instant::now();
+    let mut leading = false;
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.maintenance_interval) => {}
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => break,
         }
         match shared
             .store
@@ -313,56 +313,93 @@ pub(crate) async fn maintenance(shared: Arc<Shared>, shutdown: CancellationToken
             queue_checked = Instant::now();
             report_waiting(&shared).await;
         }
-        // Rescue repeats while batches come back full, as the other steps do.
-        let mut rescued = Ok(mcp_tasks_store::RescueReport::default());
-        for _ in 0..50 {
-            let r = match shared.store.rescue_lapsed(config.maintenance_batch).await {
-                Ok(r) => r,
-                Err(e) => {
-                    rescued = Err(e);
+        match shared.store.lead(&config.worker_id, term_ms).await {
+            Ok(now_leading) => {
+                if now_leading != leading {
+                    tracing::info!(leading = now_leading, "maintenance leadership changed");
+                }
+                leading = now_leading;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "could not renew or take the maintenance leadership");
+                leading = false;
+            }
+        }
+        if !leading {
+            continue;
+        }
+        lead_round(&shared, keep_ms).await;
+    }
+    if leading && let Err(e) = shared.store.resign(&config.worker_id).await {
+        tracing::debug!(error = %e, "could not give up the maintenance leadership");
+    }
+}
+
+/// The leader's round: lapsed leases finished (no attempts left, or cancelled) or put
+/// back in the queue, then expiry and deletion. Each step repeats while its batches come
+/// back full.
+async fn lead_round(shared: &Shared, keep_ms: i64) {
+    let config = &shared.config;
+    let batch = config.maintenance_batch;
+    let full = |n: u64| i64::try_from(n).unwrap_or(i64::MAX) >= batch;
+    let mut rescued = mcp_tasks_store::RescueReport::default();
+    for _ in 0..50 {
+        match shared.store.rescue_lapsed(batch).await {
+            Ok(r) => {
+                rescued.failed += r.failed;
+                rescued.cancelled += r.cancelled;
+                if !full(r.failed + r.cancelled) {
                     break;
                 }
-            };
-            if let Ok(total) = rescued.as_mut() {
-                total.failed += r.failed;
-                total.cancelled += r.cancelled;
             }
-            if i64::try_from(r.failed + r.cancelled).unwrap_or(i64::MAX) < config.maintenance_batch
-            {
+            Err(e) => {
+                tracing::warn!(error = %e, "lease rescue failed");
                 break;
             }
         }
-        match rescued {
-            Ok(r) if r.failed + r.cancelled > 0 => {
-                observe::crash_recovered(r.failed);
-                tracing::warn!(
-                    failed = r.failed,
-                    cancelled = r.cancelled,
-                    "finished tasks whose workers were lost and which may not run again"
-                )
+    }
+    if rescued.failed + rescued.cancelled > 0 {
+        observe::crash_recovered(rescued.failed);
+        tracing::warn!(
+            failed = rescued.failed,
+            cancelled = rescued.cancelled,
+            "finished tasks whose workers were lost and which may not run again"
+        );
+    }
+    let mut requeued = 0;
+    for _ in 0..50 {
+        match shared.store.requeue_lapsed(batch).await {
+            Ok(n) => {
+                requeued += n;
+                if !full(n) {
+                    break;
+                }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "lease rescue failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "requeueing lapsed leases failed");
+                break;
+            }
         }
-        match shared
-            .store
-            .maintain(config.maintenance_batch, keep_ms)
-            .await
+    }
+    if requeued > 0 {
+        tracing::warn!(
+            requeued,
+            "queued again tasks whose workers were lost (their leases lapsed)"
+        );
+    }
+    match shared.store.maintain(batch, keep_ms).await {
+        Ok(r)
+            if r.expired + r.deleted + r.tombstones_deleted + r.session_revocations_deleted > 0 =>
         {
-            Ok(r)
-                if r.expired + r.deleted + r.tombstones_deleted + r.session_revocations_deleted
-                    > 0 =>
-            {
-                tracing::info!(
-                    expired = r.expired,
-                    deleted = r.deleted,
-                    tombstones_deleted = r.tombstones_deleted,
-                    session_revocations_deleted = r.session_revocations_deleted,
-                    "maintenance"
-                )
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "maintenance failed"),
+            tracing::info!(
+                expired = r.expired,
+                deleted = r.deleted,
+                tombstones_deleted = r.tombstones_deleted,
+                session_revocations_deleted = r.session_revocations_deleted,
+                "maintenance"
+            )
         }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "maintenance failed"),
     }
 }

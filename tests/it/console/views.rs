@@ -265,6 +265,11 @@ async fn health_shows_the_queue_workers_and_lapses_moving() {
         vec![lost[0].lease.id.to_string()]
     );
     tokio::time::sleep(Duration::from_millis(LOST_LEASE_MS.unsigned_abs() + 150)).await;
+    // The maintenance leader puts the lapsed lease back in the queue.
+    assert_eq!(
+        store.worker().requeue_lapsed(100).await.expect("requeue"),
+        1
+    );
     let rescuer = store
         .worker()
         .claim_tools("rescuer", 10, 60_000, &[TOOL.to_owned()])

@@ -52,8 +52,14 @@ pub(crate) async fn found(store: &Store, owner: &Owner, id: TaskId) -> TaskRecor
     }
 }
 
-/// Claims exactly one task and checks it is `id`.
+/// Claims exactly one task and checks it is `id`, after the maintenance leader's requeue
+/// of lapsed leases (claims read only the queue).
 pub(crate) async fn claim_id(store: &Store, worker: &str, lease_ms: i64, id: TaskId) -> Claimed {
+    store
+        .worker()
+        .requeue_lapsed(100)
+        .await
+        .expect("requeue lapsed leases");
     let mut claimed = store
         .worker()
         .claim(worker, 1, lease_ms)

@@ -573,6 +573,11 @@ async fn health_figures_move_with_claims_finishes_and_lapses() {
         .expect("claim");
     assert_eq!(lost.len(), 1);
     tokio::time::sleep(Duration::from_millis(120)).await;
+    // The maintenance leader puts the lapsed lease back in the queue.
+    assert_eq!(
+        store.worker().requeue_lapsed(100).await.expect("requeue"),
+        1
+    );
     let rest = store
         .worker()
         .claim_tools("w3", 10, 60_000, &tools)

@@ -144,7 +144,11 @@ async fn a_lapsed_held_request_dies_with_its_run() {
     let reclaimed = crate::harness::eventually(
         std::time::Duration::from_secs(10),
         "the lapsed lease reclaimed",
-        || async { store.worker().claim("W2", 1, 60_000).await.ok()?.pop() },
+        || async {
+            // As the maintenance leader does, between claims.
+            store.worker().requeue_lapsed(100).await.ok()?;
+            store.worker().claim("W2", 1, 60_000).await.ok()?.pop()
+        },
     )
     .await;
     assert!(reclaimed.reclaimed, "{reclaimed:?}");

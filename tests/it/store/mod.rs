@@ -25,6 +25,7 @@ mod lanes;
 mod leases;
 mod lock_order;
 mod migrations;
+mod queue_by_tool;
 mod seeding;
 mod statistics;
 mod tombstones;
