@@ -701,3 +701,88 @@ async fn with_a_metrics_listener_the_replica_port_serves_no_metrics() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_by_tenant_and_what_limits_hold_back_are_on_metrics() {
+    use mcp_tasks_store::Owner;
+    use mcp_tasks_store::testing::{Seed, SeedState};
+
+    let db = TestDb::new().await;
+    let now = time::OffsetDateTime::now_utc();
+    let mut seeds = Vec::new();
+    for _ in 0..30 {
+        seeds.push(Seed::new(Owner::new("heavy", "p"), "slow_compute"));
+    }
+    // The light tenant's oldest has waited a minute.
+    for age in [60, 0] {
+        seeds.push(Seed {
+            state: SeedState::Queued {
+                run_after: Some(now - time::Duration::seconds(age)),
+            },
+            ..Seed::new(Owner::new("light", "p"), "slow_compute")
+        });
+    }
+    // Eleven tenants of one task each: eight of them fit in the ten series, three are
+    // "other".
+    for t in 0..11 {
+        seeds.push(Seed::new(
+            Owner::new(format!("small-{t:02}"), "p"),
+            "slow_compute",
+        ));
+    }
+    // One running: the tool's limit of 1 is reached.
+    seeds.push(Seed {
+        state: SeedState::Leased {
+            worker: "w".into(),
+            token: 1,
+            expires_at: now + time::Duration::minutes(10),
+        },
+        attempt: 1,
+        ..Seed::new(Owner::new("heavy", "p"), "slow_compute")
+    });
+    db.store.seed(seeds).await.expect("seed");
+
+    let dir = std::env::temp_dir().join(format!("mcp-tasks-metrics-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let config = dir.join("limits.toml");
+    std::fs::write(&config, "[tool.\"slow_compute\"]\nmax_concurrency = 1\n").expect("config");
+    let config = config.display().to_string();
+    let replica = Proc::serve(&db.url, PACK, &[("MCP_TASKS_CONFIG", &config)]).await;
+    let http = client();
+    let url = format!("http://{}/metrics", replica.addr.expect("addr"));
+    let m = wait_metrics(&http, &url, "the queue by tenant", |m| {
+        series(m, "mcp_tasks_queue_depth") == Some(43.0)
+    })
+    .await;
+    let depth = |tenant: &str| {
+        series(
+            &m,
+            &format!("mcp_tasks_tenant_queue_depth{{tenant=\"{tenant}\"}}"),
+        )
+    };
+    assert_eq!(depth("heavy"), Some(30.0), "{m}");
+    assert_eq!(depth("light"), Some(2.0));
+    assert_eq!(depth("other"), Some(3.0));
+    let shown = m
+        .lines()
+        .filter(|l| l.starts_with("mcp_tasks_tenant_queue_depth{"))
+        .count();
+    assert_eq!(shown, 11, "ten tenants and other: {m}");
+    assert!(
+        series(
+            &m,
+            "mcp_tasks_tenant_queue_oldest_age_seconds{tenant=\"light\"}"
+        )
+        .is_some_and(|age| (60.0..120.0).contains(&age)),
+        "{m}"
+    );
+    assert_eq!(
+        series(
+            &m,
+            "mcp_tasks_held_back{limit=\"tool\",name=\"slow_compute\"}"
+        ),
+        Some(43.0),
+        "{m}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use maud::{Markup, PreEscaped, html};
-use mcp_tasks_store::{Health, PercentileBucket, StoreError, WorkerLoad, WorkerPresence};
+use mcp_tasks_store::{Health, HeldBack, PercentileBucket, StoreError, WorkerLoad, WorkerPresence};
 
 use super::list::{count_text, scope};
 use super::session::Viewer;
@@ -31,6 +31,8 @@ const BUCKETS: u32 = 12;
 const GONE_SHOWN: Duration = Duration::from_secs(600);
 /// Running tasks listed per worker.
 const RUNNING_SHOWN: usize = 20;
+/// Queued tasks of the scope (oldest first) read for what the limits hold back.
+const HELD_BACK_ROWS: i64 = 10_000;
 
 pub(super) fn routes() -> Router<Console> {
     Router::new().route("/console/health", get(page))
@@ -53,11 +55,15 @@ async fn page(State(state): State<AppState>, viewer: Viewer) -> Response {
 /// live stream renders again.
 pub(super) async fn content(state: &AppState, viewer: &Viewer) -> Result<Markup, StoreError> {
     let scope = scope(viewer, "");
-    let (health, seen) = tokio::try_join!(
+    let limits = mcp_tasks_tools::claim_limits(&state.config().scheduling, &state.registry());
+    let (health, seen, held) = tokio::try_join!(
         state
             .console_reads()
             .console_health(&scope, WINDOW, BUCKETS),
         state.console_reads().workers_seen(GONE_SHOWN),
+        state
+            .console_reads()
+            .console_held_back(&scope, &limits, HELD_BACK_ROWS),
     )?;
     let whose = if viewer.is_admin {
         "tenant"
@@ -67,6 +73,8 @@ pub(super) async fn content(state: &AppState, viewer: &Viewer) -> Result<Markup,
     Ok(html! {
         p { "Figures for your " (whose) ", over the last hour." }
         (figures(&health))
+        h2 { "Held back by limits" }
+        (held_back(&held, limits.is_empty()))
         h2 { "Pickup delay" }
         p { "From claimable to claimed, of the tasks created in each five minutes that have finished; p50, p90 and p99 per tool." }
         (plot("plot-pickup", &health, |b| b.pickup_ms))
@@ -102,6 +110,38 @@ fn figures(h: &Health) -> Markup {
                 (h.lapses.reclaimed) " re-run, " (h.lapses.failed) " failed after their last attempt, "
                 (h.lapses.cancelled) " cancelled"
             } }
+        }
+    }
+}
+
+/// The scope's queued tasks that a reached limit holds back (they start as soon as it
+/// has room), by limit.
+fn held_back(held: &[HeldBack], no_limits: bool) -> Markup {
+    let what = |limit: &str| match limit {
+        "tool" => "running at once of tool",
+        "upstream" => "running at once of upstream",
+        "tenant" => "running at once of tenant",
+        "principal" => "running at once of one principal",
+        "tool_rate" => "starts per second of tool",
+        "upstream_rate" => "starts per second of upstream",
+        _ => "limit",
+    };
+    html! {
+        @if no_limits {
+            p #held-back { "No limits are configured: nothing is held back." }
+        } @else if held.is_empty() {
+            p #held-back { "No limit holds back any of these queued tasks now." }
+        } @else {
+            table #held-back {
+                tr { th { "Limit reached" } th { "Name" } th { "Queued tasks held back" } }
+                @for h in held {
+                    tr data-limit=(h.limit) data-name=(h.name) {
+                        td { (what(&h.limit)) }
+                        td { (h.name) }
+                        td .held-tasks { (h.tasks) }
+                    }
+                }
+            }
         }
     }
 }

@@ -12,5 +12,5 @@ mod prom;
 pub mod record;
 mod serve;
 
-pub use prom::Metrics;
+pub use prom::{LimitsSource, Metrics};
 pub use serve::{CONTENT_TYPE, metrics_response, serve_metrics};

@@ -23,6 +23,18 @@ pub const CRASH_RECOVERY: &str = "mcp_tasks_crash_recovery_total";
 pub const LISTEN_STREAMS: &str = "mcp_tasks_listen_streams";
 pub const NOTIFICATION_LAG: &str = "mcp_tasks_notification_lag_seconds";
 pub const DB_POOL_CONNECTIONS: &str = "mcp_tasks_db_pool_connections";
+pub const TENANT_QUEUE_DEPTH: &str = "mcp_tasks_tenant_queue_depth";
+pub const TENANT_QUEUE_OLDEST_AGE: &str = "mcp_tasks_tenant_queue_oldest_age_seconds";
+pub const HELD_BACK: &str = "mcp_tasks_held_back";
+
+/// Families written by the scrape itself rather than kept in the registry (`prom.rs`):
+/// their label sets change from one sample to the next (the deepest tenants now, the
+/// limits reached now), and a series that left must leave the exposition too.
+pub const SAMPLED_FAMILIES: &[&str] = &[TENANT_QUEUE_DEPTH, TENANT_QUEUE_OLDEST_AGE, HELD_BACK];
+
+/// How many tenants get a series of their own in the per-tenant families; the rest are
+/// summed (depth) or maxed (age) into `tenant="other"`.
+pub const TOP_TENANTS: usize = 10;
 
 /// Every metric the service exports: name, kind, labels, help text.
 pub const ALL: &[(&str, Kind, &[&str], &str)] = &[
@@ -109,6 +121,24 @@ pub const ALL: &[(&str, Kind, &[&str], &str)] = &[
         Kind::Gauge,
         &["state"],
         "Database pool connections: active, idle, max",
+    ),
+    (
+        TENANT_QUEUE_DEPTH,
+        Kind::Gauge,
+        &["tenant"],
+        "Claimable tasks per tenant: the 10 deepest tenants, and the rest together as tenant=\"other\"",
+    ),
+    (
+        TENANT_QUEUE_OLDEST_AGE,
+        Kind::Gauge,
+        &["tenant"],
+        "How long each tenant's oldest claimable task has waited (the same tenants; \"other\": the oldest of the rest)",
+    ),
+    (
+        HELD_BACK,
+        Kind::Gauge,
+        &["limit", "name"],
+        "Claimable tasks a reached limit holds back: limit tool, upstream, tenant, principal (running at once), tool_rate, upstream_rate; name the tool, upstream or tenant, * for any tenant or principal",
     ),
 ];
 

@@ -149,39 +149,7 @@ impl WorkerStore {
             .execute(&mut *tx)
             .await
             .db()?;
-            let conc = limits
-                .tools
-                .iter()
-                .map(|(name, max)| ("tool", name, *max))
-                .chain(
-                    limits
-                        .groups
-                        .iter()
-                        .map(|(name, max)| ("group", name, *max)),
-                );
-            let (conc_kinds, conc_names, conc_max): (Vec<&str>, Vec<&str>, Vec<i32>) = conc
-                .map(|(kind, name, max)| (kind, name.as_str(), count(max)))
-                .collect();
-            let rates = limits
-                .tool_rates
-                .iter()
-                .map(|(name, rate)| ("tool", name, rate))
-                .chain(
-                    limits
-                        .group_rates
-                        .iter()
-                        .map(|(name, rate)| ("group", name, rate)),
-                );
-            let mut rate_kinds = Vec::new();
-            let mut rate_names = Vec::new();
-            let mut per_second = Vec::new();
-            let mut burst = Vec::new();
-            for (kind, name, rate) in rates {
-                rate_kinds.push(kind);
-                rate_names.push(name.as_str());
-                per_second.push(rate.per_second);
-                burst.push(rate.burst.max(1.0));
-            }
+            let args = LimitArgs::of(limits);
             let statement = if tools.is_empty() {
                 CLAIM_LIMITED
             } else {
@@ -194,25 +162,19 @@ impl WorkerStore {
                 .bind(service_messages::RUNNING)
                 .bind(service_messages::RUNNING_AGAIN)
                 .bind(tools)
-                .bind(conc_kinds)
-                .bind(conc_names)
-                .bind(conc_max)
-                .bind(limits.tool_groups.keys().collect::<Vec<_>>())
-                .bind(limits.tool_groups.values().collect::<Vec<_>>())
-                .bind(limits.tenants.keys().collect::<Vec<_>>())
-                .bind(
-                    limits
-                        .tenants
-                        .values()
-                        .map(|m| count(*m))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(limits.tenant_default.map(count))
-                .bind(limits.principal_default.map(count))
-                .bind(rate_kinds)
-                .bind(rate_names)
-                .bind(per_second)
-                .bind(burst)
+                .bind(args.conc_kinds)
+                .bind(args.conc_names)
+                .bind(args.conc_max)
+                .bind(args.group_tools)
+                .bind(args.groups)
+                .bind(args.tenants)
+                .bind(args.tenant_max)
+                .bind(args.tenant_default)
+                .bind(args.principal_default)
+                .bind(args.rate_kinds)
+                .bind(args.rate_names)
+                .bind(args.per_second)
+                .bind(args.burst)
                 .fetch_all(&mut *tx)
                 .await
                 .db()?;
@@ -485,179 +447,7 @@ pub const OLDEST_FIRST_CLAIM: &str = concat!(
     update_tail!()
 );
 
-/// The limit keys a task of (tool, tenant, principal) counts against, as rows
-/// (kind, a, b), for a `CROSS JOIN LATERAL` after a `LEFT JOIN tool_groups g`: every
-/// key, limited or not (`max_of` tells which are).
-macro_rules! keys_of {
-    ($row:literal) => {
-        concat!(
-            "(VALUES ('tool', ",
-            $row,
-            ".tool, ''), ('group', g.grp, ''), ('tenant', ",
-            $row,
-            ".tenant, ''), ('owner', ",
-            $row,
-            ".tenant, ",
-            $row,
-            ".principal)) AS k(kind, a, b)"
-        )
-    };
-}
+mod limits;
 
-/// The most running tasks a key allows (NULL: no limit).
-macro_rules! max_of {
-    ($kind:literal, $a:literal) => {
-        concat!(
-            "CASE ",
-            $kind,
-            " WHEN 'tool' THEN (SELECT c.max FROM conc c WHERE c.kind = 'tool' AND c.name = ",
-            $a,
-            ") WHEN 'group' THEN (SELECT c.max FROM conc c WHERE c.kind = 'group' AND c.name = ",
-            $a,
-            ") WHEN 'tenant' THEN coalesce((SELECT t.max FROM tenant_max t WHERE t.tenant = ",
-            $a,
-            "), $14) WHEN 'owner' THEN $15 END"
-        )
-    };
-}
-
-/// What a row of `tasks` in a scan must not match: a key at its limit (or out of
-/// tokens).
-macro_rules! not_blocked {
-    () => {
-        " AND NOT EXISTS (SELECT 1 FROM blocked x WHERE
-            (x.kind = 'tool' AND x.a = tasks.tool)
-            OR (x.kind = 'group' AND x.a = (SELECT grp FROM tool_groups WHERE tool = tasks.tool))
-            OR (x.kind = 'tenant' AND x.a = tasks.tenant)
-            OR (x.kind = 'owner' AND x.a = tasks.tenant AND x.b = tasks.principal))"
-    };
-}
-
-/// The limited claim's candidate columns, with what its keys are made of.
-macro_rules! pool_columns {
-    () => {
-        concat!(candidate_columns!(), ", tool, tenant, principal")
-    };
-}
-
-/// The limited claims' start, up to the counts of what runs and the keys with no room.
-/// $7..$9: the concurrency limits of tools and groups (kind, name, max); $10, $11: each
-/// tool's group; $12, $13: tenants' limits; $14: any other tenant's; $15: any principal's;
-/// $16..$19: rates (kind, name, per second, burst).
-macro_rules! limited_head {
-    () => {
-        concat!(
-            r"
-    WITH conc AS (SELECT * FROM unnest($7::text[], $8::text[], $9::int4[]) AS x(kind, name, max)),
-    tool_groups AS (SELECT * FROM unnest($10::text[], $11::text[]) AS x(tool, grp)),
-    tenant_max AS (SELECT * FROM unnest($12::text[], $13::int4[]) AS x(tenant, max)),
-    rates AS (
-        SELECT * FROM unnest($16::text[], $17::text[], $18::float8[], $19::float8[])
-            AS x(kind, name, per_second, burst)
-    ),
-    -- What runs now, by key: live leases (a lapsed one frees its slot), a handful per
-    -- worker, read through tasks_leased.
-    running AS MATERIALIZED (
-        SELECT k.kind, k.a, k.b, count(*) AS n
-        FROM tasks r LEFT JOIN tool_groups g ON g.tool = r.tool
-        CROSS JOIN LATERAL ",
-            keys_of!("r"),
-            r"
-        WHERE r.lease_owner IS NOT NULL AND r.lease_expires_at > now() AND k.a IS NOT NULL
-        GROUP BY k.kind, k.a, k.b
-    ),
-    -- The tokens each rate-limited key has now.
-    avail AS MATERIALIZED (
-        SELECT r.kind, r.name, least(r.burst, coalesce(
-            b.tokens + r.per_second * EXTRACT(EPOCH FROM now() - b.at), r.burst)) AS tokens
-        FROM rates r LEFT JOIN rate_buckets b ON b.kind = r.kind AND b.name = r.name
-    ),
-    -- Keys with no room at all: their tasks are left out of the scans below, so that a
-    -- backlog held back does not fill the batch.
-    blocked AS MATERIALIZED (
-        SELECT kind, a, b FROM running WHERE n >= ",
-            max_of!("kind", "a"),
-            r"
-        UNION ALL SELECT kind, name, '' FROM avail WHERE tokens < 1
-    ),"
-        )
-    };
-}
-
-/// The limited claims' end, after `pool` (of [`pool_columns`]): room to spare (`4 * $2`
-/// rows) from which the keys with some room left may still turn some away.
-macro_rules! limited_tail {
-    () => {
-        concat!(
-            r"
-    -- Each task's keys, ranked among the pool in claim order: a task fits a key when what
-    -- runs under it plus the pool's tasks before it and itself stay within its limit,
-    -- and within its tokens. (A task turned away by one key still counts for its other
-    -- keys: the batch may admit less than there is room for, never more.)
-    keyed AS MATERIALIZED (
-        SELECT p.c_id, k.kind, k.a, k.b, ",
-            max_of!("k.kind", "k.a"),
-            r" AS max,
-            row_number() OVER (PARTITION BY k.kind, k.a, k.b ORDER BY p.c_key, p.c_id) AS rank
-        FROM pool p LEFT JOIN tool_groups g ON g.tool = p.tool
-        CROSS JOIN LATERAL ",
-            keys_of!("p"),
-            r"
-        WHERE k.a IS NOT NULL
-    ),
-    fits AS (
-        SELECT k.c_id
-        FROM keyed k
-        LEFT JOIN running r ON r.kind = k.kind AND r.a = k.a AND r.b = k.b
-        LEFT JOIN avail av ON av.kind = k.kind AND av.name = k.a
-        GROUP BY k.c_id
-        HAVING bool_and(
-            (k.max IS NULL OR coalesce(r.n, 0) + k.rank <= k.max)
-            AND (av.tokens IS NULL OR k.rank <= floor(av.tokens)))
-    ),
-    candidates AS MATERIALIZED (
-        SELECT p.* FROM pool p JOIN fits f ON f.c_id = p.c_id
-        ORDER BY p.c_key
-        LIMIT $2
-    ),
-    -- The tokens the admitted tasks spend.
-    spent AS (
-        INSERT INTO rate_buckets AS b (kind, name, tokens, at)
-        SELECT av.kind, av.name, av.tokens - u.used, now()
-        FROM avail av JOIN (
-            SELECT k.kind, k.a, count(*) AS used
-            FROM candidates c JOIN keyed k ON k.c_id = c.c_id
-            GROUP BY k.kind, k.a
-        ) u ON u.kind = av.kind AND u.a = av.name
-        ON CONFLICT (kind, name) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at
-    ),",
-            claim_tail!()
-        )
-    };
-}
-
-/// The claim with limits (after the advisory lock; see the module), any tool.
-const CLAIM_LIMITED: &str = concat!(
-    limited_head!(),
-    queue_any_tool!("pool", pool_columns!(), not_blocked!(), "4 * $2"),
-    limited_tail!()
-);
-
-/// The claim with limits of the tools `$6` only. A tool or group at its limit is left
-/// out before its queue is read; a tenant or principal at its limit is passed over within
-/// each tool's queue.
-const CLAIM_LIMITED_BY_TOOL: &str = concat!(
-    limited_head!(),
-    queue_by_tool!(
-        "pool",
-        pool_columns!(),
-        "(SELECT u.tool FROM unnest($6::text[]) AS u(tool)
-          WHERE NOT EXISTS (SELECT 1 FROM blocked x WHERE
-              (x.kind = 'tool' AND x.a = u.tool)
-              OR (x.kind = 'group' AND x.a = (SELECT grp FROM tool_groups WHERE tool = u.tool)))
-         ) AS f",
-        not_blocked!(),
-        "4 * $2"
-    ),
-    limited_tail!()
-);
+pub use limits::HeldBack;
+use limits::{CLAIM_LIMITED, CLAIM_LIMITED_BY_TOOL, LimitArgs};

@@ -71,7 +71,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
-pub use claim::{ClaimLimits, Claimed, Rate};
+pub use claim::{ClaimLimits, Claimed, HeldBack, Rate};
 pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
 pub use console::{
     COUNT_LIMIT, HISTORY_LIMIT, Health, HistoryEvent, HistoryKind, LapseCounts, PercentileBucket,
@@ -90,7 +90,7 @@ pub use record::{Lease, TaskId, TaskRecord};
 pub use refreshes::RefreshTurn;
 pub use roles::{ConsoleReads, ReplicaStore, Sessions, SharedStore, WorkerStore};
 pub use sessions::Revocation;
-pub use stats::{PoolStats, TaskStats};
+pub use stats::{PoolStats, TaskStats, TenantQueue};
 pub use storable::MAX_RESULT_BYTES;
 pub use workers::{
     FORGET_WORKERS_AFTER, MISSED_REFRESHES, WORKERS_LIMIT, WorkerInfo, WorkerPresence,

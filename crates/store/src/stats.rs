@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::{DbResult, QueryPlan, Result, SharedStore};
+use crate::claim::{ClaimLimits, HeldBack};
+use crate::console::Scope;
+use crate::{ConsoleReads, DbResult, QueryPlan, Result, SharedStore};
 
 /// Run as they are, not checked by `query_as!`: their plans are also read with `EXPLAIN`
 /// ([`SharedStore::task_stats_plans`]), which needs the text.
@@ -43,6 +45,31 @@ const ESTIMATES: &str = r"
     WHERE c.oid = 'tasks'::regclass AND c.reltuples >= 0
       AND v.status IN ('completed', 'failed', 'cancelled')
 ";
+
+/// The claimable queue per tenant, of at most `$1` queued tasks, oldest first (through
+/// `tasks_queued`): what a scrape may cost is bounded however long the queue.
+const QUEUE_BY_TENANT: &str = r"
+    SELECT tenant, count(*),
+           (EXTRACT(EPOCH FROM now() - min(run_after)) * 1000)::float8
+    FROM (
+        SELECT tenant, run_after
+        FROM tasks
+        WHERE status = 'working' AND lease_owner IS NULL AND run_after <= now()
+        ORDER BY run_after
+        LIMIT $1
+    ) q
+    GROUP BY tenant
+";
+
+/// One tenant's claimable queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantQueue {
+    pub tenant: String,
+    /// Claimable tasks (of those read: see [`SharedStore::queue_by_tenant`]).
+    pub depth: i64,
+    /// How long its oldest claimable task has been claimable.
+    pub oldest_age: Duration,
+}
 
 /// Connections of the pool, now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +138,35 @@ impl SharedStore {
         })
     }
 
+    /// The claimable queue by tenant, reading at most `cap` queued tasks, oldest first:
+    /// the oldest ages are exact; past `cap`, the younger tasks are not counted (the
+    /// queue's total, [`TaskStats::queue_depth`], has them). Deepest first.
+    #[tracing::instrument(name = "db.stats.queue_by_tenant", skip_all, err(level = "debug"))]
+    pub async fn queue_by_tenant(&self, cap: i64) -> Result<Vec<TenantQueue>> {
+        let rows: Vec<(String, i64, f64)> = sqlx::query_as(QUEUE_BY_TENANT)
+            .bind(cap)
+            .fetch_all(self.db.pool())
+            .await
+            .db()?;
+        let mut tenants: Vec<TenantQueue> = rows
+            .into_iter()
+            .map(|(tenant, depth, oldest_ms)| TenantQueue {
+                tenant,
+                depth,
+                oldest_age: Duration::from_secs_f64(oldest_ms.max(0.0) / 1000.0),
+            })
+            .collect();
+        tenants.sort_by(|a, b| b.depth.cmp(&a.depth).then_with(|| a.tenant.cmp(&b.tenant)));
+        Ok(tenants)
+    }
+
+    /// Claimable tasks that `limits` hold back now, by limit, of at most `cap` queued
+    /// tasks (oldest first).
+    #[tracing::instrument(name = "db.stats.held_back", skip_all, err(level = "debug"))]
+    pub async fn held_back(&self, limits: &ClaimLimits, cap: i64) -> Result<Vec<HeldBack>> {
+        self.db.held_back(limits, cap, None, None).await
+    }
+
     /// The plans (`EXPLAIN`) of the metrics' statements, for the tests that check they
     /// read live work through its indexes at any size of the table.
     pub async fn task_stats_plans(&self) -> Result<Vec<QueryPlan>> {
@@ -127,5 +183,22 @@ impl SharedStore {
             });
         }
         Ok(plans)
+    }
+}
+
+impl ConsoleReads {
+    /// The scope's claimable tasks that `limits` hold back now, by limit, of at most
+    /// `cap` of its queued tasks. Running counts are the whole queue's (a tool's limit
+    /// holds for every tenant), but only the scope's tasks are counted.
+    #[tracing::instrument(name = "db.console.held_back", skip_all, err(level = "debug"))]
+    pub async fn console_held_back(
+        &self,
+        scope: &Scope,
+        limits: &ClaimLimits,
+        cap: i64,
+    ) -> Result<Vec<HeldBack>> {
+        self.db
+            .held_back(limits, cap, Some(&scope.tenant), scope.principal.as_deref())
+            .await
     }
 }

@@ -31,6 +31,7 @@
 pub mod catalog;
 mod context;
 mod input;
+mod limits;
 mod live;
 mod outcome;
 pub mod packs;
@@ -40,6 +41,7 @@ mod tool;
 
 pub use context::{ContextError, Elicitation, NoopSink, TaskSink, ToolContext, ToolContextBuilder};
 pub use input::{InputRequests, validate_input_response};
+pub use limits::claim_limits;
 pub use live::LiveRegistry;
 pub use outcome::{BoxFuture, Outcome, ToolError, ToolResult};
 pub use registry::{Registry, RegistryError};

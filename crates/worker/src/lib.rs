@@ -18,7 +18,6 @@
 mod duty;
 mod executor;
 mod held;
-mod limits;
 mod loops;
 mod presence;
 

@@ -12,7 +12,7 @@ use mcp_tasks_wire::backoff::Backoff;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{HEARTBEAT_RETRY, Shared, StopReason, executor, limits};
+use crate::{HEARTBEAT_RETRY, Shared, StopReason, executor};
 
 /// While the queue has a backlog, how long a claim waits for more slots to come free, so
 /// that one claim takes several tasks instead of one statement per finished task.
@@ -59,7 +59,7 @@ pub(crate) async fn claim(shared: Arc<Shared>, shutdown: CancellationToken) {
         {
             let names: Vec<String> = registry.names().map(str::to_owned).collect();
             let key = mcp_tasks_store::duty_key(&names);
-            let limits = limits::claim_limits(&config.scheduling, &registry);
+            let limits = mcp_tasks_tools::claim_limits(&config.scheduling, &registry);
             cached = Some((registry, names, key, limits));
         }
         let none = ClaimLimits::default();

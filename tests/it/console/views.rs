@@ -361,3 +361,69 @@ async fn a_task_waiting_for_input_shows_the_attempt_that_asked() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_shows_what_a_reached_limit_holds_back_in_the_viewers_scope() {
+    let console = ConsoleConfig {
+        admin_claim: Some(AdminClaim::parse("role=admin").expect("claim")),
+        secure_cookies: false,
+        oauth_client_id: None,
+    };
+    let app = TestApp::builder()
+        .jwt(Jwt::hs256())
+        .config(move |c| {
+            c.console = Some(console);
+            c.scheduling.tools.insert(
+                TOOL.to_owned(),
+                mcp_tasks_tools::scheduling::Limits {
+                    max_concurrency: Some(1),
+                    ..Default::default()
+                },
+            );
+        })
+        .start()
+        .await;
+    let store = &app.db.store;
+    let (alice, bob) = (Owner::new("acme", "alice"), Owner::new("acme", "bob"));
+    make(store, &alice, 3).await;
+    let admin = browser(&app, "acme", "root", true).await;
+    let free = admin.get("/console/health").await;
+    assert!(
+        free.has("No limit holds back any of these queued tasks now."),
+        "{}",
+        free.body
+    );
+
+    // One runs: the tool's limit of 1 is reached, and the rest wait.
+    let running = store
+        .worker()
+        .claim_tools("w", 1, 60_000, &[TOOL.to_owned()])
+        .await
+        .expect("claim");
+    assert_eq!(running.len(), 1);
+    make(store, &bob, 2).await;
+    let held = |page: &super::Page| -> Option<String> {
+        let row = page
+            .body
+            .split(&format!(r#"data-limit="tool" data-name="{TOOL}""#))
+            .nth(1)?;
+        let start = row.find(r#"class="held-tasks">"#)? + r#"class="held-tasks">"#.len();
+        Some(row[start..start + row[start..].find('<')?].to_owned())
+    };
+    let page = admin.get("/console/health").await;
+    assert_eq!(held(&page).as_deref(), Some("4"), "{}", page.body);
+    let as_bob = browser(&app, "acme", "bob", false).await;
+    assert_eq!(
+        held(&as_bob.get("/console/health").await).as_deref(),
+        Some("2")
+    );
+    // Another tenant's queued tasks are not its business.
+    let other = browser(&app, "globex", "carol", true).await;
+    assert!(
+        other
+            .get("/console/health")
+            .await
+            .has("No limit holds back any of these queued tasks now.")
+    );
+    app.stop().await;
+}

@@ -60,6 +60,10 @@ pub(super) async fn run(
     // One registry for the replica and the worker: the replica's `/metrics` (or the
     // metrics listener, when one is asked for) shows both.
     let metrics = install_metrics(&store)?;
+    metrics.set_limits(super::worker::limits_source(
+        tools.scheduling.clone(),
+        registry.clone(),
+    ));
     let worker_run = mcp_tasks_worker::run(
         store.worker(),
         registry.clone(),

@@ -50,6 +50,10 @@ pub(super) async fn run(
     }
     let metrics = super::worker::install_metrics(&store)?;
     let tools = command.tools.load(app).await?;
+    metrics.set_limits(super::worker::limits_source(
+        tools.scheduling.clone(),
+        tools.registry.clone(),
+    ));
     serve(
         store,
         tools.registry.clone(),

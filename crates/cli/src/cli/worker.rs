@@ -41,8 +41,15 @@ pub(super) async fn run(
         Some(_) => install_metrics(&store)?,
         None => return worker(store, &command, app, None, shutdown).await,
     };
+    let registry = metrics.clone();
     with_metrics_listener(command.worker.metrics_listen, metrics, |bound| {
-        worker(store.clone(), &command, app, bound, shutdown)
+        worker(
+            store.clone(),
+            &command,
+            app,
+            bound.map(|b| (b, registry)),
+            shutdown,
+        )
     })
     .await?
 }
@@ -51,18 +58,34 @@ async fn worker(
     store: Store,
     command: &WorkerCommand,
     app: &App,
-    metrics: Option<SocketAddr>,
+    metrics: Option<(SocketAddr, Metrics)>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tools = command.tools.load(app).await?;
     let mut config = command.worker.config("mcp-tasks");
     config.scheduling = tools.scheduling.clone();
+    let metrics = metrics.map(|(addr, registry)| {
+        registry.set_limits(limits_source(
+            tools.scheduling.clone(),
+            tools.registry.clone(),
+        ));
+        addr
+    });
     command.ready.announce(serde_json::json!({
         "worker_id": config.worker_id,
         "metrics": metrics,
     }));
     mcp_tasks_worker::run(store.worker(), tools.registry.clone(), config, shutdown).await?;
     Ok(())
+}
+
+/// The limits the process claims within (or would), for the metrics' held-back counts:
+/// the scheduling policy over the tools of the registry as it is at the scrape.
+pub(super) fn limits_source(
+    scheduling: mcp_tasks_tools::scheduling::Scheduling,
+    registry: mcp_tasks_tools::LiveRegistry,
+) -> mcp_tasks_observe::LimitsSource {
+    std::sync::Arc::new(move || mcp_tasks_tools::claim_limits(&scheduling, &registry.current()))
 }
 
 /// The process's metrics registry, sampling the task table through `store` at scrapes.

@@ -1,13 +1,15 @@
 //! The scheduling policy's limits as the store's claim takes them: by tool name, with
 //! each tool's upstream (a group's limits hold for its tools together) read from the
-//! registry the worker claims for.
+//! registry. Workers claim within them; the metrics and the console count what they hold
+//! back.
 
 use mcp_tasks_store::{ClaimLimits, Rate};
-use mcp_tasks_tools::Registry;
-use mcp_tasks_tools::scheduling::{Limits, Scheduling};
+
+use crate::Registry;
+use crate::scheduling::{Limits, Scheduling};
 
 /// What `scheduling` limits, for the tools of `registry`.
-pub(crate) fn claim_limits(scheduling: &Scheduling, registry: &Registry) -> ClaimLimits {
+pub fn claim_limits(scheduling: &Scheduling, registry: &Registry) -> ClaimLimits {
     let mut out = ClaimLimits {
         tenants: scheduling
             .tenants
@@ -53,8 +55,8 @@ fn add(
 
 #[cfg(test)]
 mod tests {
-    use mcp_tasks_tools::scheduling::TenantPolicy;
-    use mcp_tasks_tools::{Outcome, Tool};
+    use crate::scheduling::TenantPolicy;
+    use crate::{Outcome, Tool};
 
     use super::*;
 
