@@ -132,7 +132,7 @@ pub(crate) fn get(id: Uuid) -> Op {
 }
 
 /// Claims one runnable task (the usual `FOR UPDATE SKIP LOCKED` claim, one row).
-const CLAIM: &str = r"
+pub(crate) const CLAIM: &str = r"
     WITH c AS MATERIALIZED (
         SELECT tenant, principal, id FROM tasks
         WHERE status = 'working' AND lease_owner IS NULL AND run_after <= now()
@@ -145,8 +145,12 @@ const CLAIM: &str = r"
     FROM c WHERE t.tenant = c.tenant AND t.principal = c.principal AND t.id = c.id
     RETURNING t.tenant, t.principal, t.id, t.lease_token";
 
+/// The result the raw lifecycle completes tasks with: what `slow_compute` answers.
+pub(crate) const COMPLETED_RESULT: &str =
+    r#"{"content":[{"type":"text","text":"Computed job in 0 s."}],"isError":false}"#;
+
 /// Completes a claimed task, fenced by its token.
-const COMPLETE: &str = r"
+pub(crate) const COMPLETE: &str = r"
     UPDATE tasks SET status = 'completed', result = $5, status_message = 'Completed',
         finished_at = now(), updated_at = now(), version = version + 1,
         run_after = NULL, lease_owner = NULL, lease_expires_at = NULL
@@ -166,14 +170,29 @@ pub(crate) fn cycle() -> Op {
                     .bind(principal)
                     .bind(id)
                     .bind(token)
-                    .bind(serde_json::json!({
-                        "content": [{ "type": "text", "text": "Computed job in 0 s." }],
-                        "isError": false
-                    }))
+                    .bind(completed_result())
                     .execute(&pool)
                     .await?;
             }
             Ok(())
         })
     })
+}
+
+/// [`COMPLETED_RESULT`] as a value.
+fn completed_result() -> serde_json::Value {
+    serde_json::json!({
+        "content": [{ "type": "text", "text": "Computed job in 0 s." }],
+        "isError": false
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_completed_result_is_the_same_as_text_and_as_a_value() {
+        let text: serde_json::Value =
+            serde_json::from_str(super::COMPLETED_RESULT).expect("valid JSON");
+        assert_eq!(text, super::completed_result());
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::baseline;
 use crate::env::{CreateScript, Env, cpu_share, figures, meta, p99_ms, target, task_id};
 use crate::load::{self, Run, Script, Target};
+use crate::pgbench::{self, Script as Pgbench};
 
 struct GetScript {
     target: Target,
@@ -82,24 +83,39 @@ pub(crate) async fn create_at(env: &Env, c: usize) -> anyhow::Result<(Run, Run)>
 /// Creates at each concurrency, beside the raw INSERT; returns the c16 figures.
 pub(crate) async fn create(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut at16 = None;
+    let mut pg16 = None;
     for &c in env.concurrencies() {
+        // Before ours: what it inserts is removed with what ours leaves queued.
+        let pg = pgbench::baseline(
+            out,
+            &format!("create c{c:<3} pgbench one-row INSERT   "),
+            &env.db.url,
+            &Pgbench::Insert,
+            c,
+            env.seconds(),
+        )
+        .await?;
         let cpu0 = env.service.replica_cpu();
         let started = Instant::now();
         let (ours, raw) = create_at(env, c).await?;
         let cpu = cpu_share(env, cpu0, started.elapsed(), ours.elapsed);
         writeln!(
             out,
-            "create c{c:<3} raw one-row INSERT        {}",
+            "create c{c:<3} raw one-row INSERT (sqlx) {}",
             figures(&raw)
         )?;
         writeln!(
             out,
-            "create c{c:<3} tools/call -> task       {}{cpu}   ratio {:.3}",
+            "create c{c:<3} tools/call -> task       {}{cpu}   ratio {:.3}{}",
             figures(&ours),
-            ours.rate() / raw.rate().max(1e-9)
+            ours.rate() / raw.rate().max(1e-9),
+            pg.as_ref()
+                .map(|pg| format!(" (pgbench {:.3})", ours.rate() / pg.rate().max(1e-9)))
+                .unwrap_or_default()
         )?;
         if c == 16 {
             at16 = Some((ours, raw));
+            pg16 = pg;
         }
     }
     let (ours, raw) = at16.ok_or_else(|| anyhow::anyhow!("no c16 run"))?;
@@ -125,7 +141,35 @@ pub(crate) async fn create(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
         "create c16 >= 0.2x the raw INSERT, p99 < 25 ms",
         ratio >= 0.2 && p99_ms(&ours) < 25.0,
         &format!("{ratio:.3}x, p99 {:.2} ms", p99_ms(&ours)),
-    )
+    )?;
+    // As users run it: a worker runs every task while the creates go on.
+    if env.service.started_here() {
+        env.service
+            .start_worker(crate::lifecycle::WORKER_CONCURRENCY, &env.db.sql)
+            .await?;
+        let drained = crate::lifecycle::measure(env, 16, None).await?;
+        env.service.stop_worker().await;
+        let running = drained.create;
+        writeln!(
+            out,
+            "create c16  tools/call -> task, a worker running each   {}   ratio {:.3}{}",
+            figures(&running),
+            running.rate() / raw.rate().max(1e-9),
+            pg16.as_ref()
+                .map(|pg| format!(" (pgbench {:.3})", running.rate() / pg.rate().max(1e-9)))
+                .unwrap_or_default()
+        )?;
+        if let Some(pg) = &pg16 {
+            let ratio = running.rate() / pg.rate().max(1e-9);
+            target(
+                out,
+                "create c16 with a worker running each task >= 0.3x pgbench's INSERT",
+                ratio >= 0.3,
+                &format!("{ratio:.3}x"),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// The result `get` reads back: a short text, as `slow_compute` answers.
@@ -204,24 +248,38 @@ async fn get_of(env: &Env, id: uuid::Uuid, c: usize) -> anyhow::Result<(Run, Run
 pub(crate) async fn get(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
     let id = completed_task(env, small_result()).await?;
     let mut at16 = None;
+    let mut pg16 = None;
     for &c in env.concurrencies() {
+        let pg = pgbench::baseline(
+            out,
+            &format!("get    c{c:<3} pgbench primary-key select"),
+            &env.observed_url,
+            &Pgbench::Get(id),
+            c,
+            env.seconds(),
+        )
+        .await?;
         let cpu0 = env.service.replica_cpu();
         let started = Instant::now();
         let (ours, raw) = get_of(env, id, c).await?;
         let cpu = cpu_share(env, cpu0, started.elapsed(), ours.elapsed);
         writeln!(
             out,
-            "get    c{c:<3} raw primary-key select   {}",
+            "get    c{c:<3} raw primary-key select (sqlx) {}",
             figures(&raw)
         )?;
         writeln!(
             out,
-            "get    c{c:<3} tasks/get                {}{cpu}   ratio {:.3}",
+            "get    c{c:<3} tasks/get                {}{cpu}   ratio {:.3}{}",
             figures(&ours),
-            ours.rate() / raw.rate().max(1e-9)
+            ours.rate() / raw.rate().max(1e-9),
+            pg.as_ref()
+                .map(|pg| format!(" (pgbench {:.3})", ours.rate() / pg.rate().max(1e-9)))
+                .unwrap_or_default()
         )?;
         if c == 16 {
             at16 = Some((ours, raw));
+            pg16 = pg;
         }
     }
     let large = large_result();
@@ -250,5 +308,15 @@ pub(crate) async fn get(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
         "get c16 >= 0.5x the raw primary-key select",
         ratio >= 0.5,
         &format!("{ratio:.3}x"),
-    )
+    )?;
+    if let Some(pg) = &pg16 {
+        let ratio = ours.rate() / pg.rate().max(1e-9);
+        target(
+            out,
+            "get c16 >= 0.6x pgbench's primary-key select",
+            ratio >= 0.6,
+            &format!("{ratio:.3}x"),
+        )?;
+    }
+    Ok(())
 }

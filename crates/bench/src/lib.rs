@@ -10,6 +10,7 @@ mod finished;
 mod lifecycle;
 mod load;
 pub mod notify_cost;
+mod pgbench;
 pub mod push;
 mod scale;
 pub mod scenarios;

@@ -108,6 +108,7 @@ pub(crate) async fn measure(
 /// The raw cycle, then ours at its peak and at half of it. Returns ours at the peak and
 /// the raw rate.
 pub(crate) async fn lifecycle(env: &Env, out: &mut dyn Write) -> anyhow::Result<(Cycle, f64)> {
+    let pg = pgbench_cycle(env, out).await?;
     let raw = raw_cycle(env).await?;
     env.service
         .start_worker(WORKER_CONCURRENCY, &env.db.sql)
@@ -138,6 +139,15 @@ pub(crate) async fn lifecycle(env: &Env, out: &mut dyn Write) -> anyhow::Result<
         ratio >= 1.0,
         &format!("{ratio:.3}x"),
     )?;
+    if let Some(pg) = &pg {
+        let ratio = peak.rate / pg.rate().max(1e-9);
+        target(
+            out,
+            "lifecycle >= 1.0x pgbench's unbatched create+claim+complete",
+            ratio >= 1.0,
+            &format!("{ratio:.3}x"),
+        )?;
+    }
     let p99 = half.end_to_end.map_or(f64::INFINITY, |l| ms(l.p99));
     target(
         out,
@@ -147,6 +157,39 @@ pub(crate) async fn lifecycle(env: &Env, out: &mut dyn Write) -> anyhow::Result<
     )?;
     env.service.stop_worker().await;
     Ok((peak, raw.rate()))
+}
+
+/// pgbench's create → claim → complete cycle at c16, with no worker about, over a
+/// backlog of queued tasks so that a claim always finds one (pgbench stops a client
+/// whose claim finds none); its rows are removed afterwards.
+async fn pgbench_cycle(env: &Env, out: &mut dyn Write) -> anyhow::Result<Option<Run>> {
+    if !crate::pgbench::available().await {
+        return crate::pgbench::baseline(
+            out,
+            "lifecycle pgbench",
+            "",
+            &crate::pgbench::Script::Cycle,
+            16,
+            env.seconds(),
+        )
+        .await;
+    }
+    for n in 0..1000 {
+        baseline::insert()(env.db.sql.clone(), n).await?;
+    }
+    let pg = crate::pgbench::baseline(
+        out,
+        "lifecycle pgbench create+claim+complete, unbatched, c16",
+        &env.db.url,
+        &crate::pgbench::Script::Cycle,
+        16,
+        env.seconds(),
+    )
+    .await?;
+    sqlx::query("DELETE FROM tasks")
+        .execute(&env.db.sql)
+        .await?;
+    Ok(pg)
 }
 
 /// The raw create → claim → complete cycle at c16, with no worker about (it would claim
