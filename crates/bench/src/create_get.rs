@@ -8,6 +8,28 @@ use std::time::Instant;
 use crate::baseline;
 use crate::env::{CreateScript, Env, cpu_share, figures, meta, p99_ms, target, task_id};
 use crate::load::{self, Run, Script, Target};
+
+/// The same requests at c16 sent by `wrk` (see `wrk.rs`), when it is installed.
+async fn from_outside(
+    env: &Env,
+    out: &mut dyn Write,
+    label: &str,
+    request: &[u8],
+    inside: &Run,
+) -> anyhow::Result<()> {
+    if !crate::wrk::available().await {
+        writeln!(out, "{label} skipped: wrk is not installed")?;
+        return Ok(());
+    }
+    let run = crate::wrk::drive(&env.target, request, 16, env.seconds()).await?;
+    writeln!(
+        out,
+        "{label} {}   {:.3}x the built-in generator's",
+        figures(&run),
+        run.rate() / inside.rate().max(1e-9)
+    )?;
+    Ok(())
+}
 use crate::pgbench::{self, Script as Pgbench};
 
 struct GetScript {
@@ -119,6 +141,28 @@ pub(crate) async fn create(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
         }
     }
     let (ours, raw) = at16.ok_or_else(|| anyhow::anyhow!("no c16 run"))?;
+    let request = CreateScript {
+        target: env.target.clone(),
+        seconds: 0,
+        on_created: |_, _| {},
+    }
+    .request(0);
+    from_outside(
+        env,
+        out,
+        "create c16  tools/call -> task, from wrk",
+        &request,
+        &ours,
+    )
+    .await?;
+    if env.config.url.is_none() {
+        sqlx::query(
+            "DELETE FROM tasks WHERE tenant = $1 AND finished_at IS NULL AND lease_owner IS NULL",
+        )
+        .bind(baseline::TENANT)
+        .execute(&env.db.sql)
+        .await?;
+    }
     if let Some((replica, url)) = env.service.start_limited_replica(1_000_000).await? {
         let target = Target::parse(&url)?;
         let script = Arc::new(CreateScript {
@@ -281,6 +325,14 @@ pub(crate) async fn get(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
             at16 = Some((ours, raw));
             pg16 = pg;
         }
+    }
+    if let Some((ours, _)) = &at16 {
+        let request = GetScript {
+            target: env.target.clone(),
+            id,
+        }
+        .request(0);
+        from_outside(env, out, "get    c16  tasks/get, from wrk", &request, ours).await?;
     }
     let large = large_result();
     let size = large.to_string().len();

@@ -17,3 +17,4 @@ pub mod scenarios;
 mod scratch;
 mod service;
 mod stats;
+mod wrk;

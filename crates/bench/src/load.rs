@@ -42,6 +42,11 @@ impl Target {
         })
     }
 
+    /// The URL the requests go to.
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}{}", self.host, self.path)
+    }
+
     /// The bytes of one MCP POST (2026-07-28 headers; `name` is what `Mcp-Name` mirrors).
     pub(crate) fn request(&self, method: &str, name: &str, body: &str) -> Vec<u8> {
         format!(
