@@ -786,3 +786,58 @@ async fn the_queue_by_tenant_and_what_limits_hold_back_are_on_metrics() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_says_how_many_connections_it_may_open_and_warns_when_they_do_not_fit() {
+    let db = TestDb::new().await;
+    let budget_line = |process: &Logged| {
+        let process = process.lines.clone();
+        async move {
+            eventually(Duration::from_secs(30), "the connection budget", || async {
+                process
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                    .find(|v| {
+                        v["message"]
+                            .as_str()
+                            .is_some_and(|m| m.starts_with("connection budget"))
+                    })
+            })
+            .await
+        }
+    };
+    let worker = |max: &'static str| {
+        let url = db.url.clone();
+        async move {
+            Logged::start(
+                &["worker", "--tools", PACK, "--log-format", "json"],
+                &[
+                    ("DATABASE_URL", url.as_str()),
+                    ("MCP_TASKS_DB_MAX_CONNECTIONS", max),
+                    ("MCP_TASKS_CONCURRENCY", "1"),
+                ],
+            )
+            .await
+        }
+    };
+    let small = worker("4").await;
+    let line = budget_line(&small).await;
+    assert_eq!(line["level"], "INFO", "{line}");
+    // The pool's 4, the probe's one, LISTEN and the wake-up duty.
+    assert_eq!(line["this_process"], 7, "{line}");
+    let allows = line["server_allows"].as_i64().expect("server_allows");
+    assert!(allows > 0 && line["in_use"].as_i64().is_some(), "{line}");
+
+    let greedy = worker("100000").await;
+    let line = budget_line(&greedy).await;
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["this_process"], 100_003, "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("put a pooler in front")),
+        "{line}"
+    );
+}

@@ -37,6 +37,7 @@
 //! both replicas and workers listen, and both are scraped for metrics.
 
 mod batch;
+mod budget;
 mod claim;
 mod client_ops;
 mod console;
@@ -71,6 +72,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
+pub use budget::ConnectionBudget;
 pub use claim::{ClaimLimits, Claimed, HeldBack, Rate};
 pub use client_ops::{CancelOutcome, InputValidationError, UpdateOutcome};
 pub use console::{
