@@ -138,34 +138,46 @@ impl Database {
 /// what the server allows and has in use, and warns when they do not fit: a fleet past
 /// `max_connections` fails requests under load with "too many clients" (see the README,
 /// *Connection budget*). `long_lived`: the connections held outside the pools (LISTEN,
-/// the wake-up duty). In the background: start-up does not wait for the database.
-pub(super) fn check_connection_budget(store: &Store, long_lived: u32) {
-    let store = store.clone();
-    tokio::spawn(async move {
-        match store.connection_budget(long_lived).await {
-            Ok(b) if b.fits() => tracing::info!(
-                this_process = b.this_process,
-                server_allows = b.server_allows,
-                in_use = b.in_use,
-                "connection budget: this process opens at most {} connections; the server allows {}, {} in use",
-                b.this_process,
-                b.server_allows,
-                b.in_use
-            ),
-            Ok(b) => tracing::warn!(
-                this_process = b.this_process,
-                server_allows = b.server_allows,
-                in_use = b.in_use,
-                "connection budget: this process may open {} connections but the server has room for {} more ({} allowed, {} in use): under load it will refuse connections; lower --db-max-connections, raise max_connections, or put a pooler in front (README: Connection budget)",
-                b.this_process,
-                (b.server_allows - b.in_use).max(0),
-                b.server_allows,
-                b.in_use
-            ),
-            Err(e) => tracing::debug!(error = %e, "could not read the server's connection limit"),
+/// the wake-up duty). Start-up waits for it at most [`BUDGET_WAIT`]: a database that is
+/// down is said so by everything after, and a process must start without it.
+pub(super) async fn check_connection_budget(store: &Store, long_lived: u32) {
+    let b = match tokio::time::timeout(BUDGET_WAIT, store.connection_budget(long_lived)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "could not read the server's connection limit");
+            return;
         }
-    });
+        Err(_) => {
+            tracing::debug!("the server did not say its connection limit in time");
+            return;
+        }
+    };
+    if b.fits() {
+        tracing::info!(
+            this_process = b.this_process,
+            server_allows = b.server_allows,
+            in_use = b.in_use,
+            "connection budget: this process opens at most {} connections; the server allows {}, {} in use",
+            b.this_process,
+            b.server_allows,
+            b.in_use
+        );
+    } else {
+        tracing::warn!(
+            this_process = b.this_process,
+            server_allows = b.server_allows,
+            in_use = b.in_use,
+            "connection budget: this process may open {} connections but the server has room for {} more ({} allowed, {} in use): under load it will refuse connections; lower --db-max-connections, raise max_connections, or put a pooler in front (README: Connection budget)",
+            b.this_process,
+            (b.server_allows - b.in_use).max(0),
+            b.server_allows,
+            b.in_use
+        );
+    }
 }
+
+/// How long start-up waits to read the server's connection limit.
+const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(super) async fn connect(url: &str, pool: &PoolArgs) -> anyhow::Result<Store> {
     Store::connect(url, &pool.config())

@@ -60,7 +60,7 @@ pub(super) async fn run(
     // One registry for the replica and the worker: the replica's `/metrics` (or the
     // metrics listener, when one is asked for) shows both.
     // The replica's and the worker's LISTEN, and the worker's duty connection.
-    super::args::check_connection_budget(&store, 3);
+    super::args::check_connection_budget(&store, 3).await;
     let metrics = install_metrics(&store)?;
     metrics.set_limits(super::worker::limits_source(
         tools.scheduling.clone(),

@@ -49,7 +49,7 @@ pub(super) async fn run(
         store.migrate().await.context("migrating")?;
     }
     // The LISTEN connection of the push hub, beside the pools.
-    super::args::check_connection_budget(&store, 1);
+    super::args::check_connection_budget(&store, 1).await;
     let metrics = super::worker::install_metrics(&store)?;
     let tools = command.tools.load(app).await?;
     metrics.set_limits(super::worker::limits_source(

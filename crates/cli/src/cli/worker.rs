@@ -38,7 +38,7 @@ pub(super) async fn run(
         u32::try_from(command.worker.concurrency.saturating_add(4)).unwrap_or(u32::MAX);
     let store = command.database.connect_at_least(connections).await?;
     // LISTEN and the wake-up duty's connection, beside the pools.
-    super::args::check_connection_budget(&store, 2);
+    super::args::check_connection_budget(&store, 2).await;
     let metrics = match command.worker.metrics_listen {
         Some(_) => install_metrics(&store)?,
         None => return worker(store, &command, app, None, shutdown).await,
