@@ -273,11 +273,19 @@ impl Shared {
     }
 
     fn rebuild(&self) {
+        let mut state = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        self.rebuild_in(&mut state);
+    }
+
+    /// Builds the tool set from `state` and publishes it, under the lock its caller holds:
+    /// so rebuilds never publish out of order, and nobody reads an upstream as listed
+    /// (readiness, the report) before its tools are in the set that `tools/list` serves.
+    /// Building takes milliseconds, and happens only when an upstream's list changes.
+    fn rebuild_in(&self, state: &mut State) {
         if !self.started.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let mut state = self.listed.lock().unwrap_or_else(|e| e.into_inner());
-        let State { listed, owners } = &mut *state;
+        let State { listed, owners } = state;
         let builtin: HashSet<&str> = self.builtin.tools().map(|t| t.name.as_str()).collect();
         // A name its owner no longer lists is free again.
         owners.retain(|name, owner| {
@@ -323,7 +331,6 @@ impl Shared {
             }
             l.refused = refused;
         }
-        drop(state);
         match self.builtin.extended(tools) {
             Ok(r) => {
                 self.registry.send_replace(r);
@@ -335,23 +342,23 @@ impl Shared {
     }
 
     fn set(&self, name: &str, update: Update) {
-        if let Ok(mut state) = self.listed.lock() {
-            let l = state.listed.entry(name.to_owned()).or_default();
-            match update {
-                Update::Unreachable => l.reachable = false,
-                Update::ListFailed => {
-                    l.reachable = false;
-                    l.tried = true;
-                }
-                Update::Listed { tools, left_out } => {
-                    l.reachable = true;
-                    l.tried = true;
-                    l.tools = tools;
-                    l.left_out = left_out;
-                }
+        let mut state = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let l = state.listed.entry(name.to_owned()).or_default();
+        match update {
+            Update::Unreachable => l.reachable = false,
+            Update::ListFailed => {
+                l.reachable = false;
+                l.tried = true;
+            }
+            Update::Listed { tools, left_out } => {
+                l.reachable = true;
+                l.tried = true;
+                l.tools = tools;
+                l.left_out = left_out;
             }
         }
-        self.rebuild();
+        // In the same critical section: the report never shows the list before the set.
+        self.rebuild_in(&mut state);
     }
 }
 
