@@ -56,7 +56,7 @@ impl Sizes {
                 flood: 10_000,
                 light: 20,
                 light_every: Duration::from_millis(25),
-                // Three claims' rounds (18,000 rows) and room to spare.
+                // Four claims' rounds (24,000 rows) and room to spare.
                 many_tasks: 30_000,
                 many_tenants: 200,
             }
@@ -89,7 +89,7 @@ pub(crate) async fn fairness(env: &Env, out: &mut dyn Write) -> anyhow::Result<(
         .await?;
 
     // One heavy tenant.
-    let needed = sizes.round as usize * sizes.rounds * 3 + sizes.flood;
+    let needed = sizes.round as usize * sizes.rounds * 4 + sizes.flood;
     seed(env, out, (0..needed).map(|_| Owner::new("heavy", "flood"))).await?;
     let (ratio, by_tool) = claims(&raw, &sizes, out, "one tenant").await?;
     target(
@@ -201,33 +201,33 @@ async fn empty(env: &Env) -> anyhow::Result<()> {
 }
 
 /// Rounds of the fair claim (any tool, and by tool as workers claim: their tools'
-/// queues), and the oldest-first one, taking turns; the median rates' ratios to the
-/// oldest-first claim: (fair, fair by tool).
+/// queues, for a worker of one tool and one of four), and the oldest-first one, taking
+/// turns; the median rates' ratios to the oldest-first claim: (fair, the slower by tool).
 async fn claims(
     raw: &PgPool,
     sizes: &Sizes,
     out: &mut dyn Write,
     label: &str,
 ) -> anyhow::Result<(f64, f64)> {
+    // The tools of each: a worker of the one tool there is, and one of four tools (three
+    // with nothing queued), whose claim merges the tools' heads.
+    let one: &[&str] = &["slow_compute"];
+    let four: &[&str] = &["slow_compute", "idle_a", "idle_b", "idle_c"];
     let statements = [
-        (FAIR_CLAIM, "fair", false),
-        (FAIR_CLAIM_BY_TOOL, "by-tool", true),
-        (OLDEST_FIRST_CLAIM, "oldest", false),
+        (FAIR_CLAIM, "fair", &[][..]),
+        (FAIR_CLAIM_BY_TOOL, "by-tool", one),
+        (FAIR_CLAIM_BY_TOOL, "four-tools", four),
+        (OLDEST_FIRST_CLAIM, "oldest", &[][..]),
     ];
-    let mut rates: [Vec<f64>; 3] = Default::default();
+    let mut rates: [Vec<f64>; 4] = Default::default();
     for round in 0..sizes.rounds {
         // Which goes first turns, so none always meets the warmer cache.
         for k in 0..statements.len() {
             let which = (round + k) % statements.len();
-            let (statement, name, by_tool) = statements[which];
+            let (statement, name, tools) = statements[which];
             // All raw, from the same pool, with the same parameters and the same rows
-            // back: only the statements differ (and the tool filter, for the one that
-            // needs it, names the only tool there is).
-            let tools: Vec<String> = if by_tool {
-                vec!["slow_compute".to_owned()]
-            } else {
-                Vec::new()
-            };
+            // back: only the statements (and the tools they are given) differ.
+            let tools: Vec<String> = tools.iter().map(|t| (*t).to_owned()).collect();
             let raw = raw.clone();
             let rate = claim_rate(sizes.round, move |n| {
                 let (raw, tools) = (raw.clone(), tools.clone());
@@ -249,15 +249,16 @@ async fn claims(
             rates[which].push(rate);
         }
     }
-    let [fair, by_tool, oldest] = rates.map(|mut r| median(&mut r));
+    let [fair, by_tool, four, oldest] = rates.map(|mut r| median(&mut r));
     writeln!(
         out,
-        "fairness claims, {label}: fair {fair:>8.0}/s  by tool {by_tool:>8.0}/s  oldest first {oldest:>8.0}/s  (c{CLIENTS}, {BATCH} a claim, median of {})  ratios {:.3}, by tool {:.3}",
+        "fairness claims, {label}: fair {fair:>8.0}/s  by tool (one) {by_tool:>8.0}/s  (four) {four:>8.0}/s  oldest first {oldest:>8.0}/s  (c{CLIENTS}, {BATCH} a claim, median of {})  ratios {:.3}, by tool {:.3} and {:.3}",
         sizes.rounds,
         fair / oldest,
         by_tool / oldest,
+        four / oldest,
     )?;
-    Ok((fair / oldest, by_tool / oldest))
+    Ok((fair / oldest, by_tool.min(four) / oldest))
 }
 
 /// Rows a second while `CLIENTS` clients claim `rows` rows in all with `claim` (given

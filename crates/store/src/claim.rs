@@ -247,34 +247,49 @@ macro_rules! queue_any_tool {
     };
 }
 
-/// `$name`: the first `$take` claimable rows of the tools `$tools` (a FROM item of
-/// `f(tool)`) matching `$filter`, in claim order, locked, reading only those tools' queues
-/// (`tasks_queue_by_tool`), never past another tool's backlog.
+/// `$name`: `$take` claimable rows of the tools `$tools` (a FROM item of `f(tool)`)
+/// matching `$filter`, in claim order within each tool, locked, reading only those tools'
+/// queues (`tasks_queue_by_tool`), never past another tool's backlog.
 ///
-/// - `heads`: each tool's first rows, not locked, merged: `$take` index entries per tool.
-///   The tool is matched as `tool >= f.tool AND tool <= f.tool` and ordered by `tool,
-///   queue_key`, not `tool = f.tool`: with the equality the planner counts the tool as
-///   settled, sees `tasks_queue_order` giving the same order, and (the generic plan
-///   guessing a third of the queue per tool) walks it past every other tool's task, 1,500
-///   buffers instead of 11 behind a backlog of 20,000.
-/// - `first`: those rows, locked, skipping what another claim holds: a TID scan.
-/// - `more`: only when another claim running beside this one took some of the heads,
-///   each tool's next rows locked in its queue, up to what is still wanted (a few rows
-///   may be locked and not taken until this statement ends); so claims side by side do
-///   not come back short while work is queued, which would send a worker to sleep.
+/// - `active`: the tools with anything claimable (an index probe each).
+/// - `heads`: when more than one is, each one's first rows, not locked, merged in key
+///   order: `$take` index entries per tool. The tool is matched as `tool >= f.tool AND tool <= f.tool` and
+///   ordered by `tool, queue_key`, not `tool = f.tool`: with the equality the planner
+///   counts the tool as settled, sees `tasks_queue_order` giving the same order, and (the
+///   generic plan guessing a third of the queue per tool) walks it past every other
+///   tool's task, 1,500 buffers instead of 11 behind a backlog of 20,000.
+/// - `shares`: how many of the first `$take` each tool has; with one tool active, all of
+///   them, and `heads` is not read at all.
+/// - Then each tool's share, locked in that tool's queue (`SKIP LOCKED`): claims running
+///   side by side skip each other's rows and take the tool's next ones, so none comes
+///   back short while work is queued (which would send a worker to sleep), and none
+///   locks more rows than it takes. Under such contention the mix of tools in a batch
+///   follows the heads, not exactly the key order across tools; within a tool (so
+///   between tenants and principals) the order is the fair one.
 macro_rules! queue_by_tool {
     ($name:literal, $cols:expr, $tools:expr, $filter:expr, $take:literal) => {
         concat!(
             r"
-    heads AS MATERIALIZED (
-        SELECT h.ctid AS h_ctid, h.queue_key AS h_key
+    active AS MATERIALIZED (
+        SELECT f.tool
         FROM ",
             $tools,
             r"
-        CROSS JOIN LATERAL (
-            SELECT ctid, queue_key
-            FROM tasks
+        WHERE EXISTS (
+            SELECT 1 FROM tasks
             WHERE tool >= f.tool AND tool <= f.tool AND ",
+            claimable!(),
+            $filter,
+            r"
+        )
+    ),
+    heads AS MATERIALIZED (
+        SELECT h.tool AS h_tool
+        FROM active a
+        CROSS JOIN LATERAL (
+            SELECT tool, queue_key
+            FROM tasks
+            WHERE tool >= a.tool AND tool <= a.tool AND ",
             claimable!(),
             $filter,
             r"
@@ -288,50 +303,33 @@ macro_rules! queue_by_tool {
             $take,
             r"
     ),
-    first AS MATERIALIZED (
-        SELECT ",
-            $cols,
-            r"
-        FROM tasks
-        WHERE ctid = ANY (ARRAY(SELECT h_ctid FROM heads)) AND ",
-            claimable!(),
-            r"
-        ORDER BY queue_key
-        LIMIT ",
+    shares AS (
+        SELECT tool AS h_tool, ",
             $take,
-            r"
-        FOR UPDATE SKIP LOCKED
+            r" AS n FROM active WHERE (SELECT count(*) FROM active) = 1
+        UNION ALL
+        SELECT h_tool, count(*) FROM heads WHERE (SELECT count(*) FROM active) > 1
+        GROUP BY h_tool
     ),
-    more AS MATERIALIZED (
+    ",
+            $name,
+            r" AS MATERIALIZED (
         SELECT m.*
-        FROM ",
-            $tools,
-            r"
+        FROM shares s
         CROSS JOIN LATERAL (
             SELECT ",
             $cols,
             r"
             FROM tasks
-            WHERE tool >= f.tool AND tool <= f.tool AND ",
+            WHERE tool >= s.h_tool AND tool <= s.h_tool AND ",
             claimable!(),
             $filter,
             r"
-              AND ctid <> ALL (ARRAY(SELECT c_ctid FROM first))
             ORDER BY tool, queue_key
-            LIMIT ",
-            $take,
-            r" - (SELECT count(*) FROM first)
+            LIMIT s.n
             FOR UPDATE SKIP LOCKED
         ) m
-        WHERE (SELECT count(*) FROM first) < (SELECT count(*) FROM heads)
-        ORDER BY m.c_key
-        LIMIT ",
-            $take,
-            r" - (SELECT count(*) FROM first)
-    ),
-    ",
-            $name,
-            " AS MATERIALIZED (SELECT * FROM first UNION ALL SELECT * FROM more),"
+    ),"
         )
     };
 }

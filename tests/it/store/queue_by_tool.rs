@@ -47,6 +47,11 @@ async fn claim_cost(db: &TestDb, statement: &str, tools: &[&str]) -> (u64, Vec<S
             .fetch_all(&mut *tx)
             .await
             .expect("the claimed rows");
+    // A prepared statement outlives the transaction, on a connection the pool keeps.
+    sqlx::query("DEALLOCATE claim")
+        .execute(&mut *tx)
+        .await
+        .expect("deallocate");
     tx.rollback().await.expect("rollback");
     // What finding and locking the rows cost: the `candidates` subplan's buffers (the
     // update that follows writes the same rows, whichever way they were found).
@@ -93,6 +98,10 @@ async fn a_claim_by_tool_reads_only_that_tools_queue_behind_another_tools_backlo
         by_tool < 100,
         "the claim by tool read {by_tool} buffers for 16 rows (the walk past 20,000 rows of another tool: {walk})"
     );
+    // A worker of one tool reads that tool's queue only, without merging heads.
+    let (one_tool, claimed) = claim_cost(&db, FAIR_CLAIM_BY_TOOL, &["small"]).await;
+    assert_eq!(claimed, vec!["small".to_owned(); 16]);
+    assert!(one_tool < 100, "one tool: {one_tool} buffers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
