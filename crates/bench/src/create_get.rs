@@ -9,6 +9,12 @@ use crate::baseline;
 use crate::env::{CreateScript, Env, cpu_share, figures, meta, p99_ms, target, task_id};
 use crate::load::{self, Run, Script, Target};
 
+/// ` (pgbench 0.123)`: `ours` as a share of pgbench's rate, when pgbench ran.
+fn against_pgbench(ours: &Run, pg: Option<&Run>) -> String {
+    pg.map(|pg| format!(" (pgbench {:.3})", ours.rate() / pg.rate().max(1e-9)))
+        .unwrap_or_default()
+}
+
 /// The same requests at c16 sent by `wrk` (see `wrk.rs`), when it is installed.
 async fn from_outside(
     env: &Env,
@@ -131,9 +137,7 @@ pub(crate) async fn create(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
             "create c{c:<3} tools/call -> task       {}{cpu}   ratio {:.3}{}",
             figures(&ours),
             ours.rate() / raw.rate().max(1e-9),
-            pg.as_ref()
-                .map(|pg| format!(" (pgbench {:.3})", ours.rate() / pg.rate().max(1e-9)))
-                .unwrap_or_default()
+            against_pgbench(&ours, pg.as_ref())
         )?;
         if c == 16 {
             at16 = Some((ours, raw));
@@ -199,9 +203,7 @@ pub(crate) async fn create(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
             "create c16  tools/call -> task, a worker running each   {}   ratio {:.3}{}",
             figures(&running),
             running.rate() / raw.rate().max(1e-9),
-            pg16.as_ref()
-                .map(|pg| format!(" (pgbench {:.3})", running.rate() / pg.rate().max(1e-9)))
-                .unwrap_or_default()
+            against_pgbench(&running, pg16.as_ref())
         )?;
         if let Some(pg) = &pg16 {
             let ratio = running.rate() / pg.rate().max(1e-9);
@@ -317,9 +319,7 @@ pub(crate) async fn get(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
             "get    c{c:<3} tasks/get                {}{cpu}   ratio {:.3}{}",
             figures(&ours),
             ours.rate() / raw.rate().max(1e-9),
-            pg.as_ref()
-                .map(|pg| format!(" (pgbench {:.3})", ours.rate() / pg.rate().max(1e-9)))
-                .unwrap_or_default()
+            against_pgbench(&ours, pg.as_ref())
         )?;
         if c == 16 {
             at16 = Some((ours, raw));

@@ -40,10 +40,8 @@ impl Store {
         .db()?;
         Ok(ConnectionBudget {
             this_process: self
-                .db
-                .pool()
-                .options()
-                .get_max_connections()
+                .shared()
+                .max_connections()
                 .saturating_add(1)
                 .saturating_add(long_lived),
             server_allows: row.allows,

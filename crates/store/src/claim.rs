@@ -155,29 +155,14 @@ impl WorkerStore {
             } else {
                 CLAIM_LIMITED_BY_TOOL
             };
-            let rows = sqlx::query_as(statement)
+            let claim = sqlx::query_as(statement)
                 .bind(worker)
                 .bind(limit)
                 .bind(lease_ms)
                 .bind(service_messages::RUNNING)
                 .bind(service_messages::RUNNING_AGAIN)
-                .bind(tools)
-                .bind(args.conc_kinds)
-                .bind(args.conc_names)
-                .bind(args.conc_max)
-                .bind(args.group_tools)
-                .bind(args.groups)
-                .bind(args.tenants)
-                .bind(args.tenant_max)
-                .bind(args.tenant_default)
-                .bind(args.principal_default)
-                .bind(args.rate_kinds)
-                .bind(args.rate_names)
-                .bind(args.per_second)
-                .bind(args.burst)
-                .fetch_all(&mut *tx)
-                .await
-                .db()?;
+                .bind(tools);
+            let rows = args.bind(claim).fetch_all(&mut *tx).await.db()?;
             tx.commit().await.db()?;
             rows
         };

@@ -1,25 +1,29 @@
 //! The claims with limits (see the parent module), and the count of what the limits
 //! hold back now, from the same fragments.
 
+use sqlx::Postgres;
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
+
 use super::{ClaimLimits, count};
 use crate::sql::task_columns;
 use crate::{DbResult, Result};
 
 /// `limits` as the limited statements' parameters `$7` to `$19` (see [`limited_head`]).
 pub(super) struct LimitArgs<'a> {
-    pub(super) conc_kinds: Vec<&'static str>,
-    pub(super) conc_names: Vec<&'a str>,
-    pub(super) conc_max: Vec<i32>,
-    pub(super) group_tools: Vec<&'a str>,
-    pub(super) groups: Vec<&'a str>,
-    pub(super) tenants: Vec<&'a str>,
-    pub(super) tenant_max: Vec<i32>,
-    pub(super) tenant_default: Option<i32>,
-    pub(super) principal_default: Option<i32>,
-    pub(super) rate_kinds: Vec<&'static str>,
-    pub(super) rate_names: Vec<&'a str>,
-    pub(super) per_second: Vec<f64>,
-    pub(super) burst: Vec<f64>,
+    conc_kinds: Vec<&'static str>,
+    conc_names: Vec<&'a str>,
+    conc_max: Vec<i32>,
+    group_tools: Vec<&'a str>,
+    groups: Vec<&'a str>,
+    tenants: Vec<&'a str>,
+    tenant_max: Vec<i32>,
+    tenant_default: Option<i32>,
+    principal_default: Option<i32>,
+    rate_kinds: Vec<&'static str>,
+    rate_names: Vec<&'a str>,
+    per_second: Vec<f64>,
+    burst: Vec<f64>,
 }
 
 impl<'a> LimitArgs<'a> {
@@ -69,6 +73,27 @@ impl<'a> LimitArgs<'a> {
             args.burst.push(rate.burst.max(1.0));
         }
         args
+    }
+
+    /// `query` (its `$1` to `$6` bound) with these as `$7` to `$19`.
+    pub(super) fn bind<O>(
+        self,
+        query: QueryAs<'a, Postgres, O, PgArguments>,
+    ) -> QueryAs<'a, Postgres, O, PgArguments> {
+        query
+            .bind(self.conc_kinds)
+            .bind(self.conc_names)
+            .bind(self.conc_max)
+            .bind(self.group_tools)
+            .bind(self.groups)
+            .bind(self.tenants)
+            .bind(self.tenant_max)
+            .bind(self.tenant_default)
+            .bind(self.principal_default)
+            .bind(self.rate_kinds)
+            .bind(self.rate_names)
+            .bind(self.per_second)
+            .bind(self.burst)
     }
 }
 
@@ -317,26 +342,15 @@ impl crate::Db {
             return Ok(Vec::new());
         }
         let args = LimitArgs::of(limits);
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(HELD_BACK)
+        let count = sqlx::query_as(HELD_BACK)
             .bind("")
             .bind(0_i64)
             .bind(0_i64)
             .bind("")
             .bind("")
-            .bind(Vec::<String>::new())
-            .bind(args.conc_kinds)
-            .bind(args.conc_names)
-            .bind(args.conc_max)
-            .bind(args.group_tools)
-            .bind(args.groups)
-            .bind(args.tenants)
-            .bind(args.tenant_max)
-            .bind(args.tenant_default)
-            .bind(args.principal_default)
-            .bind(args.rate_kinds)
-            .bind(args.rate_names)
-            .bind(args.per_second)
-            .bind(args.burst)
+            .bind(Vec::<String>::new());
+        let rows: Vec<(String, String, i64)> = args
+            .bind(count)
             .bind(cap)
             .bind(tenant)
             .bind(principal)
