@@ -100,9 +100,14 @@ impl AuditDb {
                 IF OLD.result IS NOT NULL AND NEW.result IS DISTINCT FROM OLD.result THEN
                     INSERT INTO chaos_audit (id, event) VALUES (NEW.id, 'result_overwritten');
                 END IF;
+                -- A claim takes over a lease never given back: one still on the row, or one
+                -- the maintenance leader put back in the queue (`lease_lapsed`; its worker
+                -- is the row's last claimer).
                 IF NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN
                     INSERT INTO chaos_audit (id, event, lease_token, lease_owner, lapsed_owner)
-                    VALUES (NEW.id, 'claimed', NEW.lease_token, NEW.lease_owner, OLD.lease_owner);
+                    VALUES (NEW.id, 'claimed', NEW.lease_token, NEW.lease_owner,
+                            coalesce(OLD.lease_owner,
+                                     CASE WHEN OLD.lease_lapsed THEN OLD.claimed_by END));
                 END IF;
                 RETURN NULL;
             END $$",
