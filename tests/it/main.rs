@@ -17,7 +17,8 @@
 //!   process. `processes`, `reliability`: real processes killed, restarted and starved of
 //!   their database. `cut_off`: workers whose database goes silent (a paused relay) stop
 //!   their runs in time, and the long-lived connections notice a dead peer within
-//!   seconds. `wakeups`: one notification wakes one idle worker process. `smoke`,
+//!   seconds. `failover`: a primary stopped under load and its synchronous standby
+//!   promoted, with every process given both hosts. `wakeups`: one notification wakes one idle worker process. `smoke`,
 //!   `benches`: the demo sequence and the benchmarks still run. `skips`: the optional
 //!   groups (Node and PyPI packages, chromium) are skipped, with one line each, where what
 //!   they need is missing (`harness::optional`).
@@ -30,6 +31,7 @@ mod clients;
 mod connections;
 mod console;
 mod cut_off;
+mod failover;
 mod fairness;
 mod harness;
 mod leader;

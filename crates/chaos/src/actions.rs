@@ -33,6 +33,9 @@ pub(crate) struct Chaos {
     pub(crate) listener_kills: u64,
     pub(crate) listeners_terminated: u64,
     pub(crate) pg_restarts: u64,
+    pub(crate) failovers: u64,
+    /// With a failover: how long after the promotion the slowest replica was ready again.
+    pub(crate) failover_ms: Option<i64>,
     pub(crate) worker_kills_held: Vec<WorkerKill>,
     /// Worker id → wall clock just before its SIGKILL and once it was reaped.
     pub(crate) killed: HashMap<String, (OffsetDateTime, OffsetDateTime)>,
@@ -48,6 +51,8 @@ pub(crate) struct ChaosCounts {
     pub(crate) listener_kills: u64,
     pub(crate) listeners_terminated: u64,
     pub(crate) pg_restarts: u64,
+    pub(crate) failovers: u64,
+    pub(crate) failover_ms: Option<i64>,
 }
 
 impl Chaos {
@@ -65,16 +70,20 @@ impl Chaos {
             listener_kills: self.listener_kills,
             listeners_terminated: self.listeners_terminated,
             pg_restarts: self.pg_restarts,
+            failovers: self.failovers,
+            failover_ms: self.failover_ms,
         }
     }
 }
 
-/// Every 1 to 3 s, one action; PostgreSQL restarts once, around the middle.
+/// Every 1 to 3 s, one action; PostgreSQL restarts once, around the middle, or with a
+/// `standby`, fails over to it.
 pub(crate) async fn chaos_loop(
     rng: &mut StdRng,
     fleet: &mut Fleet,
     audit_db: &AuditDb,
     mut db: DevDatabase,
+    mut standby: Option<DevDatabase>,
     duration: Duration,
     t0: Instant,
 ) -> anyhow::Result<(DevDatabase, Chaos)> {
@@ -94,8 +103,8 @@ pub(crate) async fn chaos_loop(
         chaos.note_exits(exits);
         fleet.ensure_running().await?;
 
-        if chaos.pg_restarts == 0 && Instant::now() >= pg_at {
-            db = restart_postgres(rng, db, &mut chaos, t0).await?;
+        if chaos.pg_restarts + chaos.failovers == 0 && Instant::now() >= pg_at {
+            db = outage(rng, db, standby.take(), fleet, audit_db, &mut chaos, t0).await?;
             continue;
         }
         match rng.random_range(0..10) {
@@ -153,10 +162,31 @@ pub(crate) async fn chaos_loop(
             },
         }
     }
-    if chaos.pg_restarts == 0 {
-        db = restart_postgres(rng, db, &mut chaos, t0).await?;
+    if chaos.pg_restarts + chaos.failovers == 0 {
+        db = outage(rng, db, standby.take(), fleet, audit_db, &mut chaos, t0).await?;
     }
     Ok((db, chaos))
+}
+
+/// The database's one outage: a failover to `standby` when there is one, otherwise a
+/// restart in place. Returns the database that serves after it.
+async fn outage(
+    rng: &mut StdRng,
+    db: DevDatabase,
+    standby: Option<DevDatabase>,
+    fleet: &Fleet,
+    audit_db: &AuditDb,
+    chaos: &mut Chaos,
+    t0: Instant,
+) -> anyhow::Result<DevDatabase> {
+    let Some(standby) = standby else {
+        return restart_postgres(rng, db, chaos, t0).await;
+    };
+    let (db, cost) = crate::failover::fail_over(db, standby, &fleet.urls(), audit_db, t0).await?;
+    chaos.failovers += 1;
+    chaos.failover_ms = Some(i64::try_from(cost.slowest.as_millis()).unwrap_or(i64::MAX));
+    chaos.outage = Some((cost.stopped_at, cost.back_at));
+    Ok(db)
 }
 
 /// Fast shutdown, 1 to 3 s of outage, start on the same port and data.

@@ -68,6 +68,13 @@ impl AuditDb {
         Ok(Self { pool })
     }
 
+    /// Points the pool at another server (the promoted standby); connections to the old
+    /// one fail their test and are replaced.
+    pub(crate) fn move_to(&self, url: &str) -> Result<()> {
+        self.pool.set_connect_options(url.parse()?);
+        Ok(())
+    }
+
     pub(crate) async fn close(&self) {
         self.pool.close().await;
     }

@@ -12,6 +12,7 @@ mod actions;
 mod analysis;
 mod audit;
 mod driver;
+mod failover;
 mod fleet;
 mod report;
 
@@ -56,6 +57,8 @@ pub struct Config {
     pub seed: Option<u64>,
     /// The workers' lease (ms).
     pub lease_ms: u64,
+    /// Fail over to a synchronous standby instead of restarting PostgreSQL in place.
+    pub failover: bool,
 }
 
 /// Runs the harness, prints the summary on stdout, and fails when a check failed.
@@ -115,6 +118,21 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
     .await?;
     store.migrate().await.context("migrating")?;
     store.close().await;
+    let standby = if config.failover {
+        let standby = failover::synchronous_standby(&db).await?;
+        eprintln!(
+            "[chaos] a synchronous standby at {} ({})",
+            standby.url(),
+            standby.data_dir().display()
+        );
+        Some(standby)
+    } else {
+        None
+    };
+    let database_url = match &standby {
+        Some(standby) => failover::url(&db, standby),
+        None => db.url().to_owned(),
+    };
     let audit_db = AuditDb::connect(db.url())?;
     audit_db
         .install()
@@ -127,7 +145,7 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
     let mut fleet = Fleet::start(
         Settings {
             binary: config.binary.clone(),
-            database_url: db.url().to_owned(),
+            database_url,
             state_key,
             lease_ms: config.lease_ms,
             poll_ms: POLL_MS,
@@ -175,6 +193,7 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
         &mut fleet,
         &audit_db,
         db,
+        standby,
         config.duration,
         started,
     )

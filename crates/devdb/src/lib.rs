@@ -65,18 +65,8 @@ impl DevDatabase {
     pub(crate) fn start_with(watch_parent: bool) -> anyhow::Result<Self> {
         let bin = bindir()?;
         let run_as = run_as_user()?;
-
-        let dir = std::env::temp_dir().join(format!(
-            "mcp-tasks-pg-{}-{}",
-            std::process::id(),
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = new_dir(run_as)?;
         let data = dir.join("data");
-        if let Some((uid, gid)) = run_as {
-            nix::unistd::chown(&dir, Some(uid.into()), Some(gid.into()))
-                .with_context(|| format!("handing {} to the postgres user", dir.display()))?;
-        }
 
         let mut initdb = Command::new(bin.join("initdb"));
         initdb
@@ -102,9 +92,21 @@ impl DevDatabase {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        Self::launch(dir, watch_parent, &[])
+    }
 
+    /// Starts `postgres` on the cluster in `dir`/data, on a free port, with `settings`
+    /// (`name=value`) beside the throwaway ones, and waits until it accepts connections.
+    pub(crate) fn launch(
+        dir: PathBuf,
+        watch_parent: bool,
+        settings: &[String],
+    ) -> anyhow::Result<Self> {
+        let bin = bindir()?;
+        let run_as = run_as_user()?;
+        let data = dir.join("data");
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let postgres_args: Vec<String> = [
+        let mut postgres_args: Vec<String> = [
             "-D",
             &data.display().to_string(),
             "-c",
@@ -126,6 +128,9 @@ impl DevDatabase {
         .into_iter()
         .map(String::from)
         .collect();
+        for setting in settings {
+            postgres_args.extend(["-c".to_owned(), setting.clone()]);
+        }
         let mut postgres = if watch_parent {
             // A shell minds the cluster: when this process is gone, it stops postgres
             // and deletes the directory. /proc is checked rather than `kill -0`, which
@@ -222,7 +227,22 @@ pub(crate) fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn bindir() -> anyhow::Result<PathBuf> {
+/// A new directory for a cluster, owned by the user that runs it.
+pub(crate) fn new_dir(run_as: Option<(u32, u32)>) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "mcp-tasks-pg-{}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some((uid, gid)) = run_as {
+        nix::unistd::chown(&dir, Some(uid.into()), Some(gid.into()))
+            .with_context(|| format!("handing {} to the postgres user", dir.display()))?;
+    }
+    Ok(dir)
+}
+
+pub(crate) fn bindir() -> anyhow::Result<PathBuf> {
     find_bindir().context(
         "no PostgreSQL server binaries found (looked in PATH, `pg_config --bindir` and /usr/lib/postgresql/*/bin); install PostgreSQL or set DATABASE_URL",
     )
@@ -233,7 +253,15 @@ fn find_bindir() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("PATH")
         && let Some(dir) = std::env::split_paths(&path).find(|d| has_server(d))
     {
-        return Some(dir);
+        // Where the links in PATH lead (as Debian's do): the other server programs
+        // (pg_basebackup) are there.
+        return Some(
+            std::fs::canonicalize(dir.join("postgres"))
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .filter(|d| has_server(d))
+                .unwrap_or(dir),
+        );
     }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
         let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -256,7 +284,7 @@ fn find_bindir() -> Option<PathBuf> {
 }
 
 /// PostgreSQL refuses to run as root; when we are root, run it as the `postgres` user.
-fn run_as_user() -> anyhow::Result<Option<(u32, u32)>> {
+pub(crate) fn run_as_user() -> anyhow::Result<Option<(u32, u32)>> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
@@ -266,7 +294,7 @@ fn run_as_user() -> anyhow::Result<Option<(u32, u32)>> {
     Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
 }
 
-fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
+pub(crate) fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
     use std::os::unix::process::CommandExt;
     if let Some((uid, gid)) = user {
         command.uid(uid).gid(gid);

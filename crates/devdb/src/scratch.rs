@@ -1,5 +1,7 @@
 //! What only the harnesses use (the `scratch` feature): scratch databases on one server,
-//! a cluster that minds itself, and an outage.
+//! a cluster that minds itself, an outage, and a streaming standby (a failover).
+
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 
@@ -16,6 +18,47 @@ impl DevDatabase {
     /// as an outage would.
     pub fn stop(&mut self) {
         crate::stop(&mut self.child);
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A streaming standby of this cluster: a base backup of it, then `postgres` in
+    /// recovery following it, on a port of its own. `name` is its `cluster_name`, which
+    /// its connection to the primary carries, so the primary's
+    /// `synchronous_standby_names` can name it. Promote it with `SELECT pg_promote()`.
+    pub fn standby(&self, name: &str) -> anyhow::Result<Self> {
+        let bin = crate::bindir()?;
+        let run_as = crate::run_as_user()?;
+        let dir = crate::new_dir(run_as)?;
+        let mut backup = Command::new(bin.join("pg_basebackup"));
+        backup
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .arg("-D")
+            .arg(dir.join("data"))
+            // -R: the standby's settings (standby.signal, primary_conninfo).
+            .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        crate::as_user(&mut backup, run_as);
+        let out = backup.output().context("running pg_basebackup")?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            bail!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Self::launch(dir, false, &[format!("cluster_name={name}")])
     }
 
     /// Starts the server again on the same port and data after [`DevDatabase::stop`].

@@ -107,6 +107,14 @@ impl Duty {
             .await
             .map_err(|_| silent())?
             .db()?;
+        // The duty is held on the primary, where the workers' wake-ups are.
+        tokio::time::timeout(
+            ANSWER_WITHIN,
+            crate::primary::refuse_read_only(&mut connection),
+        )
+        .await
+        .map_err(|_| silent())?
+        .db()?;
         // The wait for the lock is the point: no statement timeout, and a lock timeout
         // only to hear from the server now and then. A server that can tell (PostgreSQL
         // 14 and later) drops a waiter whose worker is gone instead of handing it the duty

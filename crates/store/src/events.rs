@@ -187,7 +187,10 @@ impl Db {
             .min_connections(0)
             .max_lifetime(None)
             .idle_timeout(None)
-            .acquire_timeout(Duration::from_secs(5))
+            // Short: a host that refuses (an old primary, gone) is retried by `Events`
+            // with the pool's host as it is then, which a failover has moved.
+            .acquire_timeout(Duration::from_secs(2))
+            .after_connect(|connection, _| Box::pin(crate::primary::refuse_read_only(connection)))
             .connect_lazy_with(options);
         let mut listener = PgListener::connect_with(&pool).await.db()?;
         // A lost connection is replaced by `Events`, which then owes a Resync; sqlx

@@ -52,6 +52,7 @@ mod lease;
 mod listing;
 mod maintenance;
 mod notify;
+mod primary;
 mod queue;
 mod record;
 mod refreshes;
@@ -222,7 +223,10 @@ pub(crate) trait DbResult<T> {
 
 impl<T> DbResult<T> for std::result::Result<T, sqlx::Error> {
     fn db(self) -> Result<T> {
-        self.map_err(|e| StoreError(Repr::Database(e)))
+        self.map_err(|e| {
+            primary::saw(&e);
+            StoreError(Repr::Database(e))
+        })
     }
 }
 
@@ -283,6 +287,8 @@ pub(crate) struct Db {
     /// itself instead of queueing behind them (and the balancer keeps the replica).
     probe: PgPool,
     batchers: Arc<Batchers>,
+    /// With several hosts, what keeps the pools on the writable one.
+    _watch: Option<Arc<primary::Watch>>,
 }
 
 struct Batchers {
@@ -299,8 +305,11 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// Pools for `database_url`: one host, or several (libpq's `h1:p1,h2:p2`), of which
+    /// the writable one is used (see `primary.rs`). Connects lazily.
     pub async fn connect(database_url: &str, config: &PoolConfig) -> Result<Self> {
-        let options: PgConnectOptions = database_url.parse().db()?;
+        let targets = primary::targets(database_url).map_err(StoreError::refused)?;
+        let options: PgConnectOptions = targets.first.parse().db()?;
         let millis = |d: Duration| d.as_millis().to_string();
         let options = options.application_name("mcp-tasks").options([
             // Pinned: a database or role default of `off` (set for some other client)
@@ -313,19 +322,32 @@ impl Store {
                 millis(config.idle_in_transaction_timeout),
             ),
         ]);
-        let probe = PgPoolOptions::new()
+        // Both pools use only a writable server, and leave one that may have stopped
+        // being the primary at once (see `primary.rs`).
+        let pool_options = || {
+            PgPoolOptions::new()
+                .acquire_timeout(config.acquire_timeout)
+                // No ping before every statement (a round trip each): a connection that
+                // died with the server fails its statement, which is answered "retry
+                // later" and the connection dropped.
+                .test_before_acquire(false)
+                .after_connect(|connection, _| Box::pin(primary::refuse_read_only(connection)))
+                .before_acquire(|_, meta| {
+                    Box::pin(async move { Ok(primary::opened_since_change(meta.age)) })
+                })
+        };
+        let probe = pool_options()
             .max_connections(1)
-            .acquire_timeout(config.acquire_timeout)
-            .test_before_acquire(false)
             .connect_lazy_with(options.clone().application_name("mcp-tasks-probe"));
-        let pool = PgPoolOptions::new()
+        let pool = pool_options()
             .max_connections(config.max_connections)
-            .acquire_timeout(config.acquire_timeout)
-            // No ping before every statement (a round trip each): a connection that died
-            // with the server fails its statement, which is answered "retry later" and
-            // the connection dropped.
-            .test_before_acquire(false)
             .connect_lazy_with(options);
+        let watch = (targets.hosts.len() > 1).then(|| {
+            Arc::new(primary::Watch::start(
+                targets.hosts,
+                vec![pool.clone(), probe.clone()],
+            ))
+        });
         let batchers = Arc::new(Batchers {
             creates: batch::Batcher::new(
                 pool.clone(),
@@ -357,6 +379,7 @@ impl Store {
                 pool,
                 probe,
                 batchers,
+                _watch: watch,
             },
         })
     }

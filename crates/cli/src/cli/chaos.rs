@@ -29,6 +29,12 @@ pub(super) struct ChaosCommand {
     /// The workers' lease (ms).
     #[arg(long, default_value_t = 2000)]
     lease_ms: u64,
+    /// Instead of restarting PostgreSQL in place, fail it over once: a synchronous
+    /// standby beside it, every process given both hosts, then the primary stopped and
+    /// the standby promoted; every replica must be ready again within 5 s of the
+    /// promotion.
+    #[arg(long)]
+    failover: bool,
 }
 
 pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -40,6 +46,7 @@ pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> a
         concurrency,
         seed,
         lease_ms,
+        failover,
     } = command;
     let config = mcp_tasks_chaos::Config {
         binary: std::env::current_exe().context("locating this executable")?,
@@ -50,6 +57,7 @@ pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> a
         concurrency,
         seed,
         lease_ms,
+        failover,
     };
     mcp_tasks_chaos::run(&config, shutdown).await
 }

@@ -1,0 +1,200 @@
+//! Failover: a primary and a synchronous streaming standby (two real clusters), a replica
+//! and a worker process given both hosts. Under load the primary is stopped and the
+//! standby promoted, as a managed database's failover does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mcp_tasks_client::{Client, status_of};
+use mcp_tasks_devdb::DevDatabase;
+use mcp_tasks_store::{PoolConfig, Store};
+use serde_json::json;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use tokio::sync::Mutex;
+
+use crate::harness::procs::Proc;
+use crate::harness::{Need, eventually, skip};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn pool(db: &DevDatabase) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(db.url())
+        .expect("pool")
+}
+
+/// A primary, migrated, and a standby that it waits for at every commit.
+async fn primary_and_synchronous_standby() -> (DevDatabase, DevDatabase) {
+    let (primary, standby) = tokio::task::spawn_blocking(|| {
+        let primary = DevDatabase::start().expect("a primary (needs the server binaries)");
+        let standby = primary.standby("standby").expect("a standby of it");
+        (primary, standby)
+    })
+    .await
+    .expect("join");
+    let store = Store::connect(primary.url(), &PoolConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    store.close().await;
+    let sql = pool(&primary);
+    for statement in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'standby'",
+        "SELECT pg_reload_conf()",
+    ] {
+        sqlx::query(statement).execute(&sql).await.expect(statement);
+    }
+    eventually(WAIT, "the standby to be synchronous", || async {
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'",
+        )
+        .fetch_optional(&sql)
+        .await
+        .ok()
+        .flatten();
+        (state.as_deref() == Some("sync")).then_some(())
+    })
+    .await;
+    sql.close().await;
+    (primary, standby)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_task_and_every_process_follows()
+{
+    if skip(Need::LocalPostgres).await {
+        return;
+    }
+    let (mut primary, standby) = primary_and_synchronous_standby().await;
+    // The standby first: a read-only server is refused and the next host taken. After
+    // the failover it is the writable one.
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        standby.port(),
+        primary.port()
+    );
+    let env = [
+        ("MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", "1000"),
+        ("MCP_TASKS_LEASE_MS", "3000"),
+        ("MCP_TASKS_POLL_MS", "200"),
+    ];
+    let replica = Proc::serve(&url, "conformance", &env).await;
+    let worker = Proc::worker(&url, "conformance", &env).await;
+    let client = Client::with_tasks(replica.url());
+
+    // Creates one after another, each acknowledged one kept, with when the writes
+    // failed.
+    let acknowledged = Arc::new(Mutex::new(Vec::<(Instant, String)>::new()));
+    let failed = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (client, acknowledged, failed, stop) = (
+            Client::with_tasks(replica.url()),
+            acknowledged.clone(),
+            failed.clone(),
+            stop.clone(),
+        );
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                match client
+                    .call_tool("slow_compute", json!({ "seconds": 0 }))
+                    .await
+                {
+                    Ok(task) => {
+                        let id = task["taskId"].as_str().expect("id").to_owned();
+                        acknowledged.lock().await.push((Instant::now(), id));
+                    }
+                    Err(_) => {
+                        failed.lock().await.push(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+        }
+    };
+    let mut load_set = tokio::task::JoinSet::new();
+    load_set.spawn(load);
+    eventually(WAIT, "tasks acknowledged before the failover", || async {
+        (acknowledged.lock().await.len() >= 20).then_some(())
+    })
+    .await;
+
+    // The failover: the primary gone (fast shutdown cuts every session), the standby
+    // promoted.
+    let stopped_at = Instant::now();
+    tokio::task::block_in_place(|| primary.stop());
+    let before = acknowledged.lock().await.len();
+    let new_primary = pool(&standby);
+    let promoted: bool = sqlx::query_scalar("SELECT pg_promote(wait => true)")
+        .fetch_one(&new_primary)
+        .await
+        .expect("promote");
+    assert!(promoted);
+    let promoted_at = Instant::now();
+    eventually(
+        WAIT,
+        "creates to be acknowledged after the failover",
+        || async {
+            let acks = acknowledged.lock().await;
+            (acks.len() >= before + 20).then_some(())
+        },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    load_set.join_all().await;
+
+    let acks = acknowledged.lock().await.clone();
+    let first_after = acks
+        .iter()
+        .map(|(at, _)| *at)
+        .find(|at| *at > promoted_at)
+        .expect("a create after the promotion");
+    let window = first_after - promoted_at;
+    eprintln!(
+        "failover: {} creates acknowledged, {} refused; writes back {:.2} s after the primary stopped, {:.2} s after the promotion",
+        acks.len(),
+        failed.lock().await.len(),
+        (first_after - stopped_at).as_secs_f64(),
+        window.as_secs_f64()
+    );
+    assert!(
+        window < Duration::from_secs(15),
+        "writes came back {window:?} after the promotion"
+    );
+
+    // Nothing acknowledged was lost, and each one runs to the end on the new primary.
+    for (_, id) in &acks {
+        let done = client.wait_terminal(id, WAIT).await.expect("terminal");
+        assert_eq!(status_of(&done), "completed", "{id}: {done}");
+    }
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE id = ANY($1::uuid[])")
+        .bind(acks.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>())
+        .fetch_one(&new_primary)
+        .await
+        .expect("count");
+    assert_eq!(stored as usize, acks.len());
+
+    // The processes' connections follow: the pools, and the LISTEN connections (after
+    // their reconnection backoff).
+    eventually(
+        WAIT,
+        "the pools and LISTEN connections on the new primary",
+        || async {
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT DISTINCT application_name FROM pg_stat_activity
+             WHERE application_name LIKE 'mcp-tasks%' ORDER BY 1",
+            )
+            .fetch_all(&new_primary)
+            .await
+            .ok()?;
+            (names.contains(&"mcp-tasks".to_owned()) && names.iter().any(|n| n.contains("listen")))
+                .then_some(())
+        },
+    )
+    .await;
+    drop(worker);
+    drop(replica);
+}
