@@ -18,7 +18,8 @@
 //!   their database. `cut_off`: workers whose database goes silent (a paused relay) stop
 //!   their runs in time, and the long-lived connections notice a dead peer within
 //!   seconds. `failover`: a primary stopped under load and its synchronous standby
-//!   promoted, with every process given both hosts. `wakeups`: one notification wakes one idle worker process. `smoke`,
+//!   promoted, with every process given both hosts. `pooler`: behind a real PgBouncer
+//!   in transaction mode. `wakeups`: one notification wakes one idle worker process. `smoke`,
 //!   `benches`: the demo sequence and the benchmarks still run. `skips`: the optional
 //!   groups (Node and PyPI packages, chromium) are skipped, with one line each, where what
 //!   they need is missing (`harness::optional`).
@@ -39,6 +40,7 @@ mod limits;
 mod oauth;
 mod oauth_suite;
 mod observe;
+mod pooler;
 mod processes;
 mod properties;
 mod protocol;

@@ -77,6 +77,8 @@ impl LogStats {
 pub(crate) struct Settings {
     pub(crate) binary: PathBuf,
     pub(crate) database_url: String,
+    /// Behind a pooler: PostgreSQL itself, for LISTEN, the duty and migrations.
+    pub(crate) direct_url: Option<String>,
     pub(crate) state_key: String,
     pub(crate) lease_ms: u64,
     pub(crate) poll_ms: u64,
@@ -257,6 +259,12 @@ async fn spawn(settings: &Settings, logs: &Arc<LogStats>, p: &Proc) -> anyhow::R
         .name(p.name())
         .env("DATABASE_URL", &settings.database_url)
         .env("MCP_TASKS_LOG_FORMAT", "text")
+        .envs(
+            settings
+                .direct_url
+                .iter()
+                .map(|url| ("MCP_TASKS_DIRECT_DATABASE_URL", url.as_str())),
+        )
         .logs(Logs::To(Arc::new(move |name, line| stats.line(name, line))))
         .ready_within(Duration::from_secs(30));
     match p.role {

@@ -59,6 +59,8 @@ pub struct Config {
     pub lease_ms: u64,
     /// Fail over to a synchronous standby instead of restarting PostgreSQL in place.
     pub failover: bool,
+    /// Put the processes behind PgBouncer in transaction mode.
+    pub pooler: bool,
 }
 
 /// Runs the harness, prints the summary on stdout, and fails when a check failed.
@@ -68,6 +70,11 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> anyhow::Result
     }
     if config.lease_ms < 30 {
         bail!("--lease-ms must be at least 30");
+    }
+    if config.failover && config.pooler {
+        // The pooler would need repointing at the promoted standby, which is the
+        // failover manager's part (Patroni, a proxy), not the service's.
+        bail!("--failover and --pooler cannot be combined");
     }
     let seed = config.seed.unwrap_or_else(rand::random);
     eprintln!(
@@ -129,9 +136,17 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
     } else {
         None
     };
-    let database_url = match &standby {
-        Some(standby) => failover::url(&db, standby),
-        None => db.url().to_owned(),
+    let pooler = if config.pooler {
+        let pooler = tokio::task::block_in_place(|| db.pooler()).context("starting PgBouncer")?;
+        eprintln!("[chaos] PgBouncer (transaction mode) at {}", pooler.url());
+        Some(pooler)
+    } else {
+        None
+    };
+    let (database_url, direct_url) = match (&standby, &pooler) {
+        (Some(standby), _) => (failover::url(&db, standby), None),
+        (None, Some(pooler)) => (pooler.url().to_owned(), Some(db.url().to_owned())),
+        (None, None) => (db.url().to_owned(), None),
     };
     let audit_db = AuditDb::connect(db.url())?;
     audit_db
@@ -146,6 +161,7 @@ async fn execute(config: &Config, seed: u64) -> anyhow::Result<Report> {
         Settings {
             binary: config.binary.clone(),
             database_url,
+            direct_url,
             state_key,
             lease_ms: config.lease_ms,
             poll_ms: POLL_MS,

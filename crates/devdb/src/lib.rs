@@ -8,8 +8,12 @@
 //! (`DevDatabase::start_watched`), and an outage (`DevDatabase::stop`, `start_again`).
 
 #[cfg(feature = "scratch")]
+mod pooler;
+#[cfg(feature = "scratch")]
 mod scratch;
 
+#[cfg(feature = "scratch")]
+pub use pooler::DevPooler;
 #[cfg(feature = "scratch")]
 pub use scratch::{create_database_sql, with_database};
 

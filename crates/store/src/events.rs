@@ -165,11 +165,11 @@ impl Db {
     /// no keepalive on its own end, so each kind of connection looks after that itself:
     /// `Events` probes its connection by notifying itself, and `Duty` bounds every wait
     /// and checks the duty it holds (see there).
+    ///
+    /// Behind a pooler they are connections straight to PostgreSQL (a LISTEN or a session
+    /// lock cannot live on a pooler's shared connections); otherwise to the pool's host.
     pub(crate) fn long_lived_options(&self, application_name: &str) -> PgConnectOptions {
-        self.pool()
-            .connect_options()
-            .as_ref()
-            .clone()
+        self.session_options()
             .application_name(application_name)
             .options([
                 ("tcp_keepalives_idle", "10"),

@@ -70,6 +70,7 @@ mod workers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_tasks_wire::secret::Secret;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, migrate::Migrator};
 
@@ -246,6 +247,12 @@ pub struct PoolConfig {
     /// Server-side cap on a transaction left open and idle (a stuck client), which would
     /// hold its row locks and keep vacuum from cleaning up.
     pub idle_in_transaction_timeout: Duration,
+    /// Set when the store's URL is a pooler in transaction mode (PgBouncer 1.21 or later,
+    /// which carries prepared statements across its server connections): a URL straight
+    /// to PostgreSQL for what needs a session of its own (LISTEN, the wake-up duty's lock,
+    /// migrations). Pooled connections then send no session settings, which PgBouncer
+    /// refuses; its `connect_query` sets them (see the README, *Behind a pooler*).
+    pub direct_url: Option<Secret>,
 }
 
 /// Connections for this machine: enough to keep every core busy while others wait on
@@ -266,6 +273,7 @@ impl Default for PoolConfig {
             statement_timeout: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(30),
+            direct_url: None,
         }
     }
 }
@@ -287,6 +295,9 @@ pub(crate) struct Db {
     /// itself instead of queueing behind them (and the balancer keeps the replica).
     probe: PgPool,
     batchers: Arc<Batchers>,
+    /// Behind a pooler in transaction mode, where connections of their own go
+    /// ([`PoolConfig::direct_url`]).
+    session: Option<PgConnectOptions>,
     /// With several hosts, what keeps the pools on the writable one.
     _watch: Option<Arc<primary::Watch>>,
 }
@@ -309,19 +320,32 @@ impl Store {
     /// the writable one is used (see `primary.rs`). Connects lazily.
     pub async fn connect(database_url: &str, config: &PoolConfig) -> Result<Self> {
         let targets = primary::targets(database_url).map_err(StoreError::refused)?;
-        let options: PgConnectOptions = targets.first.parse().db()?;
         let millis = |d: Duration| d.as_millis().to_string();
-        let options = options.application_name("mcp-tasks").options([
-            // Pinned: a database or role default of `off` (set for some other client)
-            // would return handles to tasks a crash can still lose.
-            ("synchronous_commit", "on".to_owned()),
-            ("statement_timeout", millis(config.statement_timeout)),
-            ("lock_timeout", millis(config.lock_timeout)),
-            (
-                "idle_in_transaction_session_timeout",
-                millis(config.idle_in_transaction_timeout),
-            ),
-        ]);
+        let with_settings = |options: PgConnectOptions| {
+            options.application_name("mcp-tasks").options([
+                // Pinned: a database or role default of `off` (set for some other client)
+                // would return handles to tasks a crash can still lose.
+                ("synchronous_commit", "on".to_owned()),
+                ("statement_timeout", millis(config.statement_timeout)),
+                ("lock_timeout", millis(config.lock_timeout)),
+                (
+                    "idle_in_transaction_session_timeout",
+                    millis(config.idle_in_transaction_timeout),
+                ),
+            ])
+        };
+        let pooled: PgConnectOptions = targets.first.parse().db()?;
+        let (options, session) = match &config.direct_url {
+            None => (with_settings(pooled), None),
+            Some(direct) => {
+                let direct = primary::targets(direct.expose()).map_err(StoreError::refused)?;
+                (
+                    // PgBouncer refuses a startup `options`: its `connect_query` sets them.
+                    pooled.application_name("mcp-tasks"),
+                    Some(with_settings(direct.first.parse().db()?)),
+                )
+            }
+        };
         // Both pools use only a writable server, and leave one that may have stopped
         // being the primary at once (see `primary.rs`).
         let pool_options = || {
@@ -379,6 +403,7 @@ impl Store {
                 pool,
                 probe,
                 batchers,
+                session,
                 _watch: watch,
             },
         })
@@ -389,10 +414,20 @@ impl Store {
     /// then find nothing to do.
     #[tracing::instrument(name = "db.migrate", skip_all, err(level = "debug"))]
     pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR
-            .run(self.db.pool())
-            .await
-            .map_err(|e| StoreError(Repr::Migrate(e)))?;
+        // sqlx's migration lock is a session's: behind a pooler, on a connection of its
+        // own (a pool of one, which the migrator's future can hold across awaits).
+        let direct = self.db.session.as_ref().map(|options| {
+            PgPoolOptions::new()
+                .max_connections(1)
+                .connect_lazy_with(options.clone())
+        });
+        let migrated = MIGRATOR
+            .run(direct.as_ref().unwrap_or(self.db.pool()))
+            .await;
+        if let Some(direct) = direct {
+            direct.close().await;
+        }
+        migrated.map_err(|e| StoreError(Repr::Migrate(e)))?;
         // Not refused: most JSON works in other encodings. But a database made on a
         // server initialised without a locale is SQL_ASCII, where PostgreSQL refuses
         // JSON text with `\u` escapes of non-ASCII characters, so some tool arguments
@@ -434,6 +469,14 @@ impl Db {
 
     pub(crate) fn probe(&self) -> &PgPool {
         &self.probe
+    }
+
+    /// Where a connection of its own (outside the pools) goes: straight to PostgreSQL
+    /// behind a pooler, otherwise where the pool connects now.
+    pub(crate) fn session_options(&self) -> PgConnectOptions {
+        self.session
+            .clone()
+            .unwrap_or_else(|| self.pool.connect_options().as_ref().clone())
     }
 }
 

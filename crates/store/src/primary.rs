@@ -87,14 +87,22 @@ async fn writable(connection: &mut PgConnection) -> Result<bool, sqlx::Error> {
 
 /// `after_connect`: a read-only server's connection is refused (and a sign).
 pub(crate) async fn refuse_read_only(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
-    if writable(connection).await? {
-        return Ok(());
+    match writable(connection).await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            mark();
+            Err(sqlx::Error::Protocol(
+                "the server is read-only (a standby, or a primary being demoted): waiting for the primary".into(),
+            ))
+        }
+        // Not answered (a pooler whose server is down): the connection is handed out as
+        // it is, and its statement fails and is answered "retry later" as in any outage.
+        // Refused here, sqlx would log an error at every attempt.
+        Err(e) => {
+            saw(&e);
+            Ok(())
+        }
     }
-    mark();
-    Err(sqlx::Error::Protocol(
-        "the server is read-only (a standby, or a primary being demoted): waiting for the primary"
-            .into(),
-    ))
 }
 
 /// One host of the URL; no port: the URL's default.

@@ -35,6 +35,8 @@ pub(crate) enum Need {
     Browser,
     /// PostgreSQL's server binaries, for tests that stop and restart a cluster of their own.
     LocalPostgres,
+    /// PostgreSQL's server binaries and Debian's PgBouncer (`tests/pooler/setup`).
+    Pooler,
 }
 
 impl Need {
@@ -55,13 +57,14 @@ impl Need {
             Self::LocalPostgres => {
                 "the tests that restart a PostgreSQL of their own (tests/it/reliability.rs)"
             }
+            Self::Pooler => "the tests behind PgBouncer (tests/it/pooler.rs)",
         }
     }
 
     /// What makes it present.
     fn remedy(self) -> &'static str {
         match self {
-            Self::Browser => "run tests/setup as root",
+            Self::Browser | Self::Pooler => "run tests/setup as root",
             Self::LocalPostgres => "install the PostgreSQL server binaries",
             _ => "run tests/setup",
         }
@@ -81,6 +84,9 @@ impl Need {
             Self::LocalPostgres => {
                 mcp_tasks_devdb::DevDatabase::can_start().map_err(|e| format!("{e:#}"))
             }
+            Self::Pooler => mcp_tasks_devdb::DevDatabase::can_start()
+                .and_then(|()| mcp_tasks_devdb::DevPooler::can_start())
+                .map_err(|e| format!("{e:#}")),
         }
     }
 }

@@ -53,6 +53,10 @@ pub(super) struct PoolArgs {
     /// How long a request waits for a database connection before failing (ms).
     #[arg(long, env = "MCP_TASKS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 2000)]
     db_acquire_timeout_ms: u64,
+    /// When DATABASE_URL is a pooler in transaction mode (PgBouncer): a URL straight to
+    /// PostgreSQL, for LISTEN, the wake-up duty's lock and migrations.
+    #[arg(long, env = "MCP_TASKS_DIRECT_DATABASE_URL", hide_env_values = true)]
+    direct_database_url: Option<Secret>,
 }
 
 impl PoolArgs {
@@ -62,6 +66,7 @@ impl PoolArgs {
                 .db_max_connections
                 .unwrap_or_else(mcp_tasks_store::default_max_connections),
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
+            direct_url: self.direct_database_url.clone(),
             ..PoolConfig::default()
         }
     }
@@ -152,6 +157,12 @@ pub(super) async fn check_connection_budget(store: &Store, long_lived: u32) {
             return;
         }
     };
+    if b.synchronous_commit != "on" {
+        tracing::warn!(
+            synchronous_commit = %b.synchronous_commit,
+            "synchronous_commit is not on for this process's pooled connections: a task handle, answer or result acknowledged just before a crash can be lost; set it on in the pooler's connect_query or on the role (README: Behind a pooler)"
+        );
+    }
     if b.fits() {
         tracing::info!(
             this_process = b.this_process,

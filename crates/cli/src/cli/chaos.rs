@@ -35,6 +35,10 @@ pub(super) struct ChaosCommand {
     /// promotion.
     #[arg(long)]
     failover: bool,
+    /// Put every replica and worker behind PgBouncer (transaction mode, Debian's
+    /// `pgbouncer`), with a direct URL for LISTEN, the wake-up duty and migrations.
+    #[arg(long)]
+    pooler: bool,
 }
 
 pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -47,6 +51,7 @@ pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> a
         seed,
         lease_ms,
         failover,
+        pooler,
     } = command;
     let config = mcp_tasks_chaos::Config {
         binary: std::env::current_exe().context("locating this executable")?,
@@ -58,6 +63,7 @@ pub(super) async fn run(command: ChaosCommand, shutdown: CancellationToken) -> a
         seed,
         lease_ms,
         failover,
+        pooler,
     };
     mcp_tasks_chaos::run(&config, shutdown).await
 }

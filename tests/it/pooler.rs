@@ -1,0 +1,144 @@
+//! Behind PgBouncer in transaction mode (a real one, Debian's): a replica and a worker
+//! whose pooled statements go through it and whose LISTEN, wake-up duty and migrations go
+//! straight to PostgreSQL (`MCP_TASKS_DIRECT_DATABASE_URL`).
+
+use std::time::Duration;
+
+use mcp_tasks_client::{Client, status_of};
+use mcp_tasks_devdb::DevDatabase;
+use mcp_tasks_store::{PoolConfig, Store};
+use mcp_tasks_wire::secret::Secret;
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::harness::procs::Proc;
+use crate::harness::{Need, eventually, skip};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
+    if skip(Need::Pooler).await {
+        return;
+    }
+    let (db, pooler) = tokio::task::spawn_blocking(|| {
+        let db = DevDatabase::start().expect("a cluster");
+        let pooler = db.pooler().expect("pgbouncer in front of it");
+        (db, pooler)
+    })
+    .await
+    .expect("join");
+
+    // Migrations take a session lock: through the direct URL.
+    let direct: Secret = db.url().parse().expect("url");
+    let store = Store::connect(
+        pooler.url(),
+        &PoolConfig {
+            direct_url: Some(direct),
+            ..PoolConfig::default()
+        },
+    )
+    .await
+    .expect("connect");
+    store.migrate().await.expect("migrate behind the pooler");
+    let budget = store.connection_budget(2).await.expect("budget");
+    assert!(budget.behind_pooler);
+    assert_eq!(budget.this_process, 2, "only the direct connections count");
+    assert_eq!(
+        budget.synchronous_commit, "on",
+        "the pooler's connect_query"
+    );
+    store.close().await;
+
+    let env = [("MCP_TASKS_DIRECT_DATABASE_URL", db.url())];
+    let replica = Proc::serve(pooler.url(), "conformance", &env).await;
+    let worker = Proc::worker(pooler.url(), "conformance", &env).await;
+    let client = Client::with_tasks(replica.url());
+
+    // Many statements on shared server connections: nothing prepared on one is looked
+    // for on another.
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let task = client
+            .call_tool("slow_compute", json!({ "seconds": 0 }))
+            .await
+            .expect("create through the pooler");
+        ids.push(task["taskId"].as_str().expect("id").to_owned());
+    }
+    for id in &ids {
+        let done = client.wait_terminal(id, WAIT).await.expect("terminal");
+        assert_eq!(status_of(&done), "completed", "{done}");
+    }
+
+    // Input: asked, answered, resumed (the answer's wake-up goes by NOTIFY, heard on the
+    // worker's direct LISTEN connection).
+    let asked = client
+        .call_tool("confirm_delete", json!({ "filename": "x" }))
+        .await
+        .expect("create");
+    let id = asked["taskId"].as_str().expect("id").to_owned();
+    client
+        .poll_until(&id, WAIT, Duration::from_millis(100), |t| {
+            status_of(t) == "input_required"
+        })
+        .await
+        .expect("asks for input");
+    client
+        .update_task(
+            &id,
+            json!({ "confirm_delete": { "action": "accept", "content": { "confirm": true } } }),
+        )
+        .await
+        .expect("answer");
+    let done = client.wait_terminal(&id, WAIT).await.expect("terminal");
+    assert_eq!(status_of(&done), "completed", "{done}");
+
+    // Push: a listen stream hears a task's changes, which come by NOTIFY to the replica's
+    // direct LISTEN connection.
+    let task = client
+        .call_tool("slow_compute", json!({ "seconds": 1 }))
+        .await
+        .expect("create");
+    let id = task["taskId"].as_str().expect("id").to_owned();
+    let mut sub = client
+        .listen(json!("sub"), json!({ "taskIds": [id] }))
+        .await
+        .expect("listen");
+    let mut last = None;
+    while let Some(frame) = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("a frame in time")
+        .expect("a frame")
+    {
+        if let Some(status) = frame["params"]["status"].as_str() {
+            last = Some(status.to_owned());
+        }
+        if frame.get("result").is_some() {
+            break;
+        }
+    }
+    assert_eq!(last.as_deref(), Some("completed"));
+
+    // The LISTEN connections are PostgreSQL's own sessions, not the pooler's.
+    let sql = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy(db.url())
+        .expect("pool");
+    eventually(
+        WAIT,
+        "both LISTEN connections straight to PostgreSQL",
+        || async {
+            let listeners: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'mcp-tasks-listen'",
+            )
+            .fetch_one(&sql)
+            .await
+            .ok()?;
+            (listeners >= 2).then_some(())
+        },
+    )
+    .await;
+    drop(worker);
+    drop(replica);
+    drop(pooler);
+}
