@@ -38,9 +38,9 @@ async fn from_outside(
 }
 use crate::pgbench::{self, Script as Pgbench};
 
-struct GetScript {
-    target: Target,
-    id: uuid::Uuid,
+pub(crate) struct GetScript {
+    pub(crate) target: Target,
+    pub(crate) id: uuid::Uuid,
 }
 
 impl Script for GetScript {
@@ -219,7 +219,7 @@ pub(crate) async fn create(env: &Env, out: &mut dyn Write) -> anyhow::Result<()>
 }
 
 /// The result `get` reads back: a short text, as `slow_compute` answers.
-fn small_result() -> serde_json::Value {
+pub(crate) fn small_result() -> serde_json::Value {
     serde_json::json!({
         "content": [{ "type": "text", "text": "Computed job in 0 s." }],
         "isError": false
@@ -242,7 +242,10 @@ fn large_result() -> serde_json::Value {
 
 /// Creates one completed task with `result` and returns its id (finished through the
 /// store, as a worker would).
-async fn completed_task(env: &Env, result: serde_json::Value) -> anyhow::Result<uuid::Uuid> {
+pub(crate) async fn completed_task(
+    env: &Env,
+    result: serde_json::Value,
+) -> anyhow::Result<uuid::Uuid> {
     let mut conn = load::Conn::open(&env.target).await?;
     let script = CreateScript {
         target: env.target.clone(),

@@ -11,6 +11,7 @@ mod lifecycle;
 mod load;
 pub mod notify_cost;
 mod pgbench;
+mod pooler;
 pub mod push;
 mod scale;
 pub mod scenarios;

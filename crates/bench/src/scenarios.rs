@@ -1,4 +1,4 @@
-//! `mcp-tasks bench create | get | lifecycle | pickup | scale | efficiency | console | fairness`: the service's
+//! `mcp-tasks bench create | get | lifecycle | pickup | scale | efficiency | console | fairness | pooler`: the service's
 //! hot paths over HTTP, each beside the same statements issued raw in the same run, as
 //! ratios (the machines these run on are shared, so only ratios compare across runs).
 
@@ -17,10 +17,11 @@ pub enum Scenario {
     Efficiency,
     Console,
     Fairness,
+    Pooler,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Create,
         Self::Get,
         Self::Lifecycle,
@@ -29,6 +30,7 @@ impl Scenario {
         Self::Efficiency,
         Self::Console,
         Self::Fairness,
+        Self::Pooler,
     ];
 }
 
@@ -44,6 +46,7 @@ pub async fn run(scenario: Scenario, config: &Config, out: &mut dyn Write) -> an
         Scenario::Efficiency => crate::lifecycle::efficiency(&env, out).await,
         Scenario::Console => crate::console::console(&env, out).await,
         Scenario::Fairness => crate::fairness::fairness(&env, out).await,
+        Scenario::Pooler => crate::pooler::pooler(&env, out).await,
     };
     let stopped = env.stop().await;
     result.and(stopped)

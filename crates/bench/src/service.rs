@@ -123,18 +123,29 @@ impl Service {
         &self,
         limit: u64,
     ) -> anyhow::Result<Option<(Child, String)>> {
+        let limit = limit.to_string();
+        self.start_replica_with(&[
+            ("DATABASE_URL", &self.database_url),
+            ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", &limit),
+        ])
+        .await
+    }
+
+    /// Another replica with these variables (`DATABASE_URL` among them), limits lifted
+    /// as on the others; `None` when the service was given by URL.
+    pub(crate) async fn start_replica_with(
+        &self,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Option<(Child, String)>> {
         if !self.started_here() {
             return Ok(None);
         }
-        let limit = limit.to_string();
+        let mut vars = vec![("MCP_TASKS_RATE_LIMIT", "0")];
+        vars.extend_from_slice(env);
         let replica = Child::replica(
             &self.binary,
             &["serve", "--listen", "127.0.0.1:0", "--tools", "conformance"],
-            &[
-                ("DATABASE_URL", &self.database_url),
-                ("MCP_TASKS_RATE_LIMIT", "0"),
-                ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", &limit),
-            ],
+            &vars,
         )
         .await?;
         Ok(Some(replica))

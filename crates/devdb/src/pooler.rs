@@ -84,24 +84,35 @@ fn version(program: &std::path::Path) -> Option<(u32, u32)> {
 }
 
 impl DevDatabase {
-    /// PgBouncer in transaction mode in front of this cluster's `postgres` database, as a
-    /// fleet behind a pooler runs: prepared statements carried across server connections
-    /// (`max_prepared_statements`), server connections made with
+    /// PgBouncer in transaction mode in front of this cluster's `postgres` database (see
+    /// [`DevPooler::start`]).
+    pub fn pooler(&self) -> anyhow::Result<DevPooler> {
+        DevPooler::start("127.0.0.1", self.port(), "postgres", "postgres")
+    }
+}
+
+impl DevPooler {
+    /// PgBouncer in transaction mode in front of `database` on `host:port`, for `user`
+    /// (trusted: the pooler asks no password, and must reach the server without one), as
+    /// a fleet behind a pooler runs: prepared statements carried across server
+    /// connections (`max_prepared_statements`), server connections made with
     /// `synchronous_commit = on` (its `connect_query`, since a pooler cannot carry a
     /// client's startup settings).
-    pub fn pooler(&self) -> anyhow::Result<DevPooler> {
+    pub fn start(host: &str, port: u16, database: &str, user: &str) -> anyhow::Result<Self> {
+        let upstream = port;
+        let upstream_host = host;
         let program = program()?;
         let run_as = crate::run_as_user()?;
         let dir = crate::new_dir(run_as)?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let users = dir.join("users.txt");
-        std::fs::write(&users, "\"postgres\" \"\"\n")?;
+        std::fs::write(&users, format!("\"{user}\" \"\"\n"))?;
         let ini = dir.join("pgbouncer.ini");
         std::fs::write(
             &ini,
             format!(
                 "[databases]
-postgres = host=127.0.0.1 port={upstream} dbname=postgres connect_query='SET synchronous_commit = on'
+{database} = host={upstream_host} port={upstream} dbname={database} connect_query='SET synchronous_commit = on'
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -117,7 +128,6 @@ max_prepared_statements = 200
 logfile = {log}
 pidfile = {pid}
 ",
-                upstream = self.port(),
                 users = users.display(),
                 log = dir.join("pgbouncer.log").display(),
                 pid = dir.join("pgbouncer.pid").display(),
@@ -141,7 +151,7 @@ pidfile = {pid}
         let pooler = DevPooler {
             dir,
             child,
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            url: format!("postgres://{user}@127.0.0.1:{port}/{database}"),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

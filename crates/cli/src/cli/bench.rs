@@ -50,6 +50,9 @@ pub(super) enum Bench {
     /// Many tenants on one queue: the fair claim beside the oldest-first one, and a light
     /// tenant's pickup while one tenant floods; again at 1,000,000 tasks of 10,000 tenants.
     Fairness(Scenario),
+    /// create and get at c16 through PgBouncer in transaction mode (1.21+; the LISTEN
+    /// connection direct) beside the same on direct connections.
+    Pooler(Scenario),
     /// Every scenario above, in turn.
     All(Scenario),
     /// Push latency (commit to frame at the client) with many concurrent listen streams,
@@ -114,6 +117,7 @@ pub(super) async fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Efficiency(s) => scenarios::run(S::Efficiency, &scenario_config(s)?, out).await,
         Bench::Console(s) => scenarios::run(S::Console, &scenario_config(s)?, out).await,
         Bench::Fairness(s) => scenarios::run(S::Fairness, &scenario_config(s)?, out).await,
+        Bench::Pooler(s) => scenarios::run(S::Pooler, &scenario_config(s)?, out).await,
         Bench::All(s) => scenarios::run_all(&scenario_config(s)?, out).await,
         Bench::Push {
             database_url,
