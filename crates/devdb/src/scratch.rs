@@ -61,6 +61,16 @@ impl DevDatabase {
         Self::launch(dir, false, &[format!("cluster_name={name}")])
     }
 
+    /// Stops the server as a crash would: immediate shutdown (SIGQUIT), no checkpoint, and
+    /// nothing more sent to its standbys than they had.
+    pub fn crash(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGQUIT);
+        }
+        crate::stop(&mut self.child);
+    }
+
     /// Starts the server again on the same port and data after [`DevDatabase::stop`].
     pub fn start_again(&mut self) -> anyhow::Result<()> {
         let Some(command) = self.restart.as_mut() else {

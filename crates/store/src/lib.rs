@@ -198,21 +198,31 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         match &self.0 {
             Repr::Shared(e) => e.is_unavailable(),
-            Repr::Database(
-                sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::Io(_)
-                | sqlx::Error::Tls(_)
-                | sqlx::Error::Protocol(_),
-            ) => true,
-            // Connection exceptions (08), too many connections (53300), and the server
-            // shutting down, restarting or not accepting yet (57P01..57P03).
-            Repr::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
-                code.starts_with("08")
-                    || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
-            }),
+            Repr::Database(e) => unreachable(e),
+            // The migrator's statements, and its lock, failing the same ways.
+            Repr::Migrate(
+                sqlx::migrate::MigrateError::Execute(e)
+                | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
+            ) => unreachable(e),
             _ => false,
         }
+    }
+}
+
+/// The database could not be reached (as opposed to a statement that failed).
+fn unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
+        // Connection exceptions (08), too many connections (53300), and the server
+        // shutting down, restarting or not accepting yet (57P01..57P03).
+        sqlx::Error::Database(e) => e.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }
 
@@ -297,9 +307,9 @@ pub(crate) struct Db {
     batchers: Arc<Batchers>,
     /// Behind a pooler in transaction mode, where connections of their own go
     /// ([`PoolConfig::direct_url`]).
-    session: Option<PgConnectOptions>,
+    session: Option<primary::SessionTarget>,
     /// With several hosts, what keeps the pools on the writable one.
-    _watch: Option<Arc<primary::Watch>>,
+    _watches: Arc<Vec<primary::Watch>>,
 }
 
 struct Batchers {
@@ -335,14 +345,17 @@ impl Store {
             ])
         };
         let pooled: PgConnectOptions = targets.first.parse().db()?;
-        let (options, session) = match &config.direct_url {
-            None => (with_settings(pooled), None),
+        let (options, session, direct_hosts) = match &config.direct_url {
+            None => (with_settings(pooled), None, Vec::new()),
             Some(direct) => {
                 let direct = primary::targets(direct.expose()).map_err(StoreError::refused)?;
                 (
                     // PgBouncer refuses a startup `options`: its `connect_query` sets them.
                     pooled.application_name("mcp-tasks"),
-                    Some(with_settings(direct.first.parse().db()?)),
+                    Some(primary::SessionTarget::new(with_settings(
+                        direct.first.parse().db()?,
+                    ))),
+                    direct.hosts,
                 )
             }
         };
@@ -366,12 +379,20 @@ impl Store {
         let pool = pool_options()
             .max_connections(config.max_connections)
             .connect_lazy_with(options);
-        let watch = (targets.hosts.len() > 1).then(|| {
-            Arc::new(primary::Watch::start(
-                targets.hosts,
-                vec![pool.clone(), probe.clone()],
-            ))
-        });
+        // With several hosts, a watch keeps the pools (and, behind a pooler, the direct
+        // connections) on the writable one.
+        let mut watches = Vec::new();
+        if targets.hosts.len() > 1 {
+            let pools = vec![pool.clone(), probe.clone()];
+            watches.push(primary::Watch::start(targets.hosts, pools, None));
+        }
+        if let Some(session) = session.as_ref().filter(|_| direct_hosts.len() > 1) {
+            let probe = pool_options()
+                .max_connections(1)
+                .connect_lazy_with(session.options().application_name("mcp-tasks-probe"));
+            let watch = primary::Watch::start(direct_hosts, vec![probe], Some(session.clone()));
+            watches.push(watch);
+        }
         let batchers = Arc::new(Batchers {
             creates: batch::Batcher::new(
                 pool.clone(),
@@ -404,7 +425,7 @@ impl Store {
                 probe,
                 batchers,
                 session,
-                _watch: watch,
+                _watches: Arc::new(watches),
             },
         })
     }
@@ -416,10 +437,10 @@ impl Store {
     pub async fn migrate(&self) -> Result<()> {
         // sqlx's migration lock is a session's: behind a pooler, on a connection of its
         // own (a pool of one, which the migrator's future can hold across awaits).
-        let direct = self.db.session.as_ref().map(|options| {
+        let direct = self.db.session.as_ref().map(|session| {
             PgPoolOptions::new()
                 .max_connections(1)
-                .connect_lazy_with(options.clone())
+                .connect_lazy_with(session.options())
         });
         let migrated = MIGRATOR
             .run(direct.as_ref().unwrap_or(self.db.pool()))
@@ -474,9 +495,10 @@ impl Db {
     /// Where a connection of its own (outside the pools) goes: straight to PostgreSQL
     /// behind a pooler, otherwise where the pool connects now.
     pub(crate) fn session_options(&self) -> PgConnectOptions {
-        self.session
-            .clone()
-            .unwrap_or_else(|| self.pool.connect_options().as_ref().clone())
+        match &self.session {
+            Some(session) => session.options(),
+            None => self.pool.connect_options().as_ref().clone(),
+        }
     }
 }
 

@@ -21,8 +21,8 @@
 //! and every pool of the process must leave the old primary. A needless mark (a store of
 //! another database, in a test process) costs only reconnections.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
@@ -218,25 +218,53 @@ fn at(options: &PgConnectOptions, host: &Host) -> PgConnectOptions {
     }
 }
 
-/// Keeps a store's pools on the writable host of several; stops when dropped.
+/// Where the store's connections of their own go (behind a pooler, the direct URL's
+/// host), which a watch moves with the primary.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionTarget(Arc<RwLock<PgConnectOptions>>);
+
+impl SessionTarget {
+    pub(crate) fn new(options: PgConnectOptions) -> Self {
+        Self(Arc::new(RwLock::new(options)))
+    }
+
+    pub(crate) fn options(&self) -> PgConnectOptions {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn move_to(&self, host: &Host) {
+        let mut options = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        *options = at(&options, host);
+    }
+}
+
+/// Keeps a store's pools (and its session target) on the writable host of several;
+/// stops when dropped. The last pool is the one it checks on.
 pub(crate) struct Watch {
     _task: AbortOnDropHandle<()>,
 }
 
 impl Watch {
-    pub(crate) fn start(hosts: Vec<Host>, pools: Vec<PgPool>) -> Self {
+    pub(crate) fn start(
+        hosts: Vec<Host>,
+        pools: Vec<PgPool>,
+        session: Option<SessionTarget>,
+    ) -> Self {
         #[expect(
             clippy::disallowed_methods,
             reason = "owned by the store through AbortOnDropHandle: it stops with the last clone"
         )]
-        let task = tokio::spawn(watch(hosts, pools));
+        let task = tokio::spawn(watch(hosts, pools, session));
         Self {
             _task: AbortOnDropHandle::new(task),
         }
     }
 }
 
-async fn watch(hosts: Vec<Host>, pools: Vec<PgPool>) {
+async fn watch(hosts: Vec<Host>, pools: Vec<PgPool>, session: Option<SessionTarget>) {
     let Some(probe) = pools.last().cloned() else {
         return;
     };
@@ -269,6 +297,9 @@ async fn watch(hosts: Vec<Host>, pools: Vec<PgPool>) {
                                     &pool.connect_options(),
                                     &hosts[found],
                                 ));
+                            }
+                            if let Some(session) = &session {
+                                session.move_to(&hosts[found]);
                             }
                             current = found;
                             // Connections to the old host go when next taken.

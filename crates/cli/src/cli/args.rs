@@ -66,7 +66,11 @@ impl PoolArgs {
                 .db_max_connections
                 .unwrap_or_else(mcp_tasks_store::default_max_connections),
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
-            direct_url: self.direct_database_url.clone(),
+            // Empty is unset: what a compose file's `${VAR:-}` gives when nobody set it.
+            direct_url: self
+                .direct_database_url
+                .clone()
+                .filter(|url| !url.expose().is_empty()),
             ..PoolConfig::default()
         }
     }

@@ -28,7 +28,6 @@ use clap::{Parser, Subcommand};
 
 use crate::App;
 
-use self::args::Database;
 #[cfg(feature = "harness")]
 use self::bench::Bench;
 #[cfg(feature = "harness")]
@@ -68,7 +67,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Apply database migrations (safe to run from several processes at once).
-    Migrate(Database),
+    Migrate(migrate::MigrateCommand),
     /// Run one stateless HTTP replica.
     Serve(ServeCommand),
     /// Run a worker that claims and runs tasks.
@@ -162,7 +161,7 @@ async fn run(command: Command, app: &App) -> anyhow::Result<()> {
         _ => shutdown::shutdown_on_signal(),
     };
     match command {
-        Command::Migrate(database) => migrate::run(database).await,
+        Command::Migrate(command) => migrate::run(command).await,
         Command::Serve(command) => serve::run(command, app, shutdown).await,
         Command::Worker(command) => worker::run(command, app, shutdown).await,
         Command::Dev(command) => dev::run(command, app, shutdown).await,
