@@ -1,6 +1,6 @@
 //! The `--failover` fault: a synchronous standby beside the primary, every process given
-//! both hosts, and once, around the middle, the primary stopped and the standby promoted
-//! (what a managed database's failover does). How long each replica was without a
+//! both hosts, and once, around the middle, the primary lost as in a crash (immediate
+//! shutdown) and the standby promoted (what a managed database's failover does). How long each replica was without a
 //! writable database is measured from the promotion.
 
 use std::time::Duration;
@@ -77,7 +77,7 @@ pub(crate) struct FailedOver {
     pub(crate) slowest: Duration,
 }
 
-/// Stops the primary, promotes the standby, moves the audit there, and waits until every
+/// Crashes the primary, promotes the standby, moves the audit there, and waits until every
 /// replica is ready again. Returns the new primary.
 pub(crate) async fn fail_over(
     mut primary: DevDatabase,
@@ -87,11 +87,14 @@ pub(crate) async fn fail_over(
     t0: Instant,
 ) -> anyhow::Result<(DevDatabase, FailedOver)> {
     let t = || t0.elapsed().as_secs_f64();
-    eprintln!("[chaos] t={:.1}s failover: stopping the primary", t());
+    eprintln!(
+        "[chaos] t={:.1}s failover: the primary crashes (immediate shutdown)",
+        t()
+    );
     let stopped_at = OffsetDateTime::now_utc();
     let stopped = Instant::now();
     primary = tokio::task::spawn_blocking(move || {
-        primary.stop();
+        primary.crash();
         primary
     })
     .await?;
@@ -106,7 +109,7 @@ pub(crate) async fn fail_over(
     }
     let promoted = Instant::now();
     eprintln!(
-        "[chaos] t={:.1}s failover: standby promoted {:.2} s after the primary stopped",
+        "[chaos] t={:.1}s failover: standby promoted {:.2} s after the crash",
         t(),
         (promoted - stopped).as_secs_f64()
     );
