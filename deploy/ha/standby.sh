@@ -17,4 +17,4 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     sleep 1
   done
 fi
-exec as_pg postgres -D "$PGDATA" "$@"
+exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -D "$PGDATA" "$@"
