@@ -235,8 +235,7 @@ async fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_task_and_ever
 /// replication lag explains (the last second before the primary stopped). The rest are
 /// there and complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_to_an_asynchronous_standby_loses_at_most_the_last_moment_and_says_how_much()
-{
+async fn a_failover_to_an_asynchronous_standby_loses_at_most_the_last_moment_and_says_how_much() {
     if skip(Need::LocalPostgres).await {
         return;
     }
@@ -257,7 +256,11 @@ async fn a_failover_to_an_asynchronous_standby_loses_at_most_the_last_moment_and
         lost.iter().all(|before| *before < Duration::from_secs(1)),
         "lost creates acknowledged long before the failover: {lost:?}"
     );
-    for (_, id) in f.acknowledged.iter().filter(|(_, id)| f.stored.contains(id)) {
+    for (_, id) in f
+        .acknowledged
+        .iter()
+        .filter(|(_, id)| f.stored.contains(id))
+    {
         let done = f.client.wait_terminal(id, WAIT).await.expect("terminal");
         assert_eq!(status_of(&done), "completed", "{id}: {done}");
     }
