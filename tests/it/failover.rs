@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_tasks_client::{Client, status_of};
+use mcp_tasks_client::{Client, Subscription, status_of};
 use mcp_tasks_devdb::DevDatabase;
 use mcp_tasks_store::{PoolConfig, Store};
 use serde_json::json;
@@ -76,6 +76,8 @@ struct Failover {
     stored: HashSet<String>,
     stopped_at: Instant,
     promoted_at: Instant,
+    /// A listen stream opened before the failover, on a task running across it.
+    watched: (String, Subscription),
     client: Client,
     new_primary: PgPool,
     _processes: (Proc, Proc),
@@ -130,6 +132,18 @@ async fn fail_over_under_load(synchronous: bool) -> Failover {
     })
     .await;
 
+    // A task that runs across the failover, and a listen stream on it.
+    let client = Client::with_tasks(replica.url());
+    let task = client
+        .call_tool("slow_compute", json!({ "seconds": 2 }))
+        .await
+        .expect("create");
+    let watched_id = task["taskId"].as_str().expect("id").to_owned();
+    let stream = client
+        .listen(json!("across"), json!({ "taskIds": [watched_id] }))
+        .await
+        .expect("listen");
+
     // The failover: the primary lost as in a crash (immediate shutdown: every session
     // cut, nothing more sent to the standby), the standby promoted.
     let stopped_at = Instant::now();
@@ -171,7 +185,8 @@ async fn fail_over_under_load(synchronous: bool) -> Failover {
         stored: stored.into_iter().collect(),
         stopped_at,
         promoted_at,
-        client: Client::with_tasks(replica.url()),
+        watched: (watched_id, stream),
+        client,
         new_primary,
         _processes: (replica, worker),
         _clusters: (primary, standby),
@@ -202,6 +217,24 @@ async fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_task_and_ever
         window < Duration::from_secs(15),
         "writes came back {window:?} after the promotion"
     );
+
+    // The stream opened before the failover hears the final state of the task that ran
+    // across it (the replica's LISTEN connection moved, and it read the task again).
+    let (watched_id, mut stream) = f.watched;
+    let mut last = None;
+    while let Some(frame) = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("a frame in time")
+        .expect("a frame")
+    {
+        if let Some(status) = frame["params"]["status"].as_str() {
+            last = Some(status.to_owned());
+        }
+        if frame.get("result").is_some() {
+            break;
+        }
+    }
+    assert_eq!(last.as_deref(), Some("completed"), "{watched_id}");
 
     // Nothing acknowledged was lost, and each one runs to the end on the new primary.
     assert_eq!(f.stored.len(), f.acknowledged.len());

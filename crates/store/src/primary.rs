@@ -15,7 +15,8 @@
 //!   connect to one; a [`Watch`] checks it every second and at every sign, and when it
 //!   is gone or read-only, asks each host in the URL's order and repoints every pool at
 //!   the first writable one. The LISTEN and duty connections take the pool's target
-//!   when they next connect.
+//!   when they next connect. Behind a pooler, the direct URL may name several hosts too:
+//!   a watch of its own moves the [`SessionTarget`] those connections take.
 //!
 //! The marks are the process's, not a store's: a failover is a fact about the database,
 //! and every pool of the process must leave the old primary. A needless mark (a store of
@@ -318,7 +319,7 @@ async fn watch(hosts: Vec<Host>, pools: Vec<PgPool>, session: Option<SessionTarg
                         warned = true;
                         tracing::warn!(
                             waited_ms = lost.elapsed().as_millis() as u64,
-                            "no host of DATABASE_URL takes writes: asking them again until one does"
+                            "no host of the database URL takes writes: asking them again until one does"
                         );
                     }
                     None => {}
