@@ -16,7 +16,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::Mutex;
 
 use crate::harness::procs::Proc;
-use crate::harness::{Need, eventually, skip};
+use crate::harness::{Need, eventually, last_status, skip};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -221,19 +221,7 @@ async fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_task_and_ever
     // The stream opened before the failover hears the final state of the task that ran
     // across it (the replica's LISTEN connection moved, and it read the task again).
     let (watched_id, mut stream) = f.watched;
-    let mut last = None;
-    while let Some(frame) = tokio::time::timeout(WAIT, stream.next())
-        .await
-        .expect("a frame in time")
-        .expect("a frame")
-    {
-        if let Some(status) = frame["params"]["status"].as_str() {
-            last = Some(status.to_owned());
-        }
-        if frame.get("result").is_some() {
-            break;
-        }
-    }
+    let last = last_status(&mut stream, WAIT).await;
     assert_eq!(last.as_deref(), Some("completed"), "{watched_id}");
 
     // Nothing acknowledged was lost, and each one runs to the end on the new primary.

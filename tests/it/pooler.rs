@@ -12,7 +12,7 @@ use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::harness::procs::Proc;
-use crate::harness::{Need, eventually, skip};
+use crate::harness::{Need, eventually, last_status, skip};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -104,19 +104,7 @@ async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
         .listen(json!("sub"), json!({ "taskIds": [id] }))
         .await
         .expect("listen");
-    let mut last = None;
-    while let Some(frame) = tokio::time::timeout(WAIT, sub.next())
-        .await
-        .expect("a frame in time")
-        .expect("a frame")
-    {
-        if let Some(status) = frame["params"]["status"].as_str() {
-            last = Some(status.to_owned());
-        }
-        if frame.get("result").is_some() {
-            break;
-        }
-    }
+    let last = last_status(&mut sub, WAIT).await;
     assert_eq!(last.as_deref(), Some("completed"));
 
     // The LISTEN connections are PostgreSQL's own sessions, not the pooler's.

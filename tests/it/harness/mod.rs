@@ -86,6 +86,28 @@ where
     }
 }
 
+/// Reads a listen stream to its end (the result frame), within `within` a frame; the last
+/// status its notifications carried.
+pub(crate) async fn last_status(
+    stream: &mut mcp_tasks_client::Subscription,
+    within: Duration,
+) -> Option<String> {
+    let mut last = None;
+    while let Some(frame) = tokio::time::timeout(within, stream.next())
+        .await
+        .expect("a frame in time")
+        .expect("a frame")
+    {
+        if let Some(status) = frame["params"]["status"].as_str() {
+            last = Some(status.to_owned());
+        }
+        if frame.get("result").is_some() {
+            break;
+        }
+    }
+    last
+}
+
 pub(crate) fn status(task: &Value) -> &str {
     mcp_tasks_client::status_of(task)
 }
