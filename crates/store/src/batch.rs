@@ -31,11 +31,10 @@ use crate::{Result, StoreError};
 pub(crate) const LINGER: Duration = Duration::from_millis(1);
 
 /// Runs one batch: one answer per request, in order.
-pub(crate) type Exec<Req, Resp> =
-    for<'a> fn(
-        &'a PgPool,
-        &'a [Req],
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Resp>>> + Send + 'a>>;
+pub(crate) type Exec<Req, Resp> = for<'a> fn(&'a PgPool, &'a [Req]) -> Answers<'a, Resp>;
+
+/// What an [`Exec`] returns.
+pub(crate) type Answers<'a, Resp> = Pin<Box<dyn Future<Output = Result<Vec<Resp>>> + Send + 'a>>;
 
 /// A statement kind and how its batches are formed.
 pub(crate) struct Kind<Req, Resp> {
@@ -49,6 +48,11 @@ pub(crate) struct Kind<Req, Resp> {
     pub(crate) skip_abandoned: bool,
     /// How many requests of a failed batch run again at once (1: in arrival order).
     pub(crate) retry_at_once: usize,
+    /// Whether a batch smaller than the one before waits up to [`LINGER`] to grow. Worth
+    /// it where every batch waits for a commit anyway; a read that takes a tenth of
+    /// that would mostly wait (tokio's timers tick by the millisecond), so reads take
+    /// what has queued while the batch before ran, which under load is a full batch.
+    pub(crate) linger: bool,
 }
 
 /// The request handed back with its answer.
@@ -181,13 +185,15 @@ async fn run_batches<Req: Sync, Resp>(
             },
         };
         let mut batch = Gather::new(first, kind.max, kind.max_bytes);
-        while held.is_none() {
-            match rx.try_recv() {
-                Ok(item) => held = batch.push(item).err(),
-                Err(_) => break,
-            }
+        drain(&mut rx, &mut batch, &mut held);
+        if !kind.linger && held.is_none() && last > 1 {
+            // Under load, let the requests that are ready to be read run up to here
+            // before the batch goes: a yield waits for nothing else (when there is
+            // nothing else to run it returns at once).
+            tokio::task::yield_now().await;
+            drain(&mut rx, &mut batch, &mut held);
         }
-        if held.is_none() && batch.items.len() < last.min(kind.max) {
+        if kind.linger && held.is_none() && batch.items.len() < last.min(kind.max) {
             let deadline = tokio::time::Instant::now() + LINGER;
             while held.is_none() && batch.items.len() < last.min(kind.max) {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
@@ -203,6 +209,21 @@ async fn run_batches<Req: Sync, Resp>(
         }
         if !items.is_empty() {
             answer(&pool, &kind, items).await;
+        }
+    }
+}
+
+/// Takes what has queued into `batch`, until it is full (the one that did not fit is
+/// `held` for the next).
+fn drain<Req, Resp>(
+    rx: &mut mpsc::UnboundedReceiver<Item<Req, Resp>>,
+    batch: &mut Gather<Req, Resp>,
+    held: &mut Option<Item<Req, Resp>>,
+) {
+    while held.is_none() {
+        match rx.try_recv() {
+            Ok(item) => *held = batch.push(item).err(),
+            Err(_) => break,
         }
     }
 }

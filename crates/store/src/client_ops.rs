@@ -4,9 +4,7 @@ use mcp_tasks_wire::service_messages;
 use serde_json::{Map, Value};
 use sqlx::{Postgres, Transaction};
 
-use mcp_tasks_wire::RawTaskView;
-
-use crate::record::{TaskRow, ViewRow};
+use crate::record::TaskRow;
 use crate::sql::checked;
 use crate::{DbResult, Lookup, Owner, ReplicaStore, Result, TaskId, TaskRecord, notify};
 
@@ -40,28 +38,6 @@ pub enum CancelOutcome {
 }
 
 impl ReplicaStore {
-    /// What `tasks/get` shows of a task: one primary-key read of only those columns, its
-    /// stored JSON left as text for the answer to carry.
-    #[tracing::instrument(name = "db.task.get_view", skip_all, err(level = "debug"))]
-    pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<RawTaskView>> {
-        let row = checked!(query_as!(
-            ViewRow,
-            "SELECT "
-                + VIEW_COLUMNS
-                + " FROM tasks WHERE tenant = $1 AND principal = $2 AND id = $3",
-            &owner.tenant,
-            &owner.principal,
-            id.0
-        ))
-        .fetch_optional(self.db.pool())
-        .await
-        .db()?;
-        match row {
-            Some(row) => Ok(Lookup::Found(row.try_into()?)),
-            None => missing(self.db.pool(), owner, id).await,
-        }
-    }
-
     #[tracing::instrument(name = "db.task.get", skip_all, err(level = "debug"))]
     pub async fn get_task(&self, owner: &Owner, id: TaskId) -> Result<Lookup<TaskRecord>> {
         let row = checked!(query_as!(

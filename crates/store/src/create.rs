@@ -221,7 +221,9 @@ pub(crate) fn insert_batch<'a>(
     -- last key on by one step per task, from the clock at the earliest. A step is the
     -- tenant's lanes with work past the clock (this one among them) over its weight, so
     -- the tenant's lanes together advance as one lane of that weight.
-    clock AS MATERIALIZED (SELECT mcp_tasks_queue_clock() AS v),
+    -- (`mcp_tasks_queue_clock()` written out: a SQL function's statement is planned
+    -- again at every call.)
+    clock AS MATERIALIZED (SELECT coalesce(max(key), 0) AS v FROM queue_clock),
     lanes AS MATERIALIZED (
         SELECT a.lane_tenant, a.lane_principal, count(*) AS tasks,
             (1 + (SELECT count(*) FROM queue_lanes q

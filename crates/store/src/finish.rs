@@ -35,7 +35,10 @@ pub(crate) fn finish_batch<'a>(
         let errors = column!(|r| r.error.clone());
         let messages = column!(|r| r.message.as_deref());
         // `as _`: the macros check arrays of owned, non-null elements only; each array is
-        // bound as its `$n::type[]` in the statement says.
+        // bound as its `$n::type[]` in the statement says. Each is read through a scalar
+        // subquery so that the planner cannot count it: a batch smaller than its guess
+        // for an array (10) looks cheaper than the generic plan, and the statement was
+        // planned again at nearly every execution (see `views.rs`).
         let done = checked!(query_scalar!(
             "WITH locked AS MATERIALIZED (
                  -- The rows first, in key order: a statement that shares some of them
@@ -43,7 +46,8 @@ pub(crate) fn finish_batch<'a>(
                  -- so the two wait for each other at worst and never deadlock. Only the
                  -- keys are read here (the results stay in the UPDATE's own unnest).
                  SELECT 1 FROM tasks t
-                 JOIN unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[])
+                 JOIN unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::uuid[]),
+                             (SELECT $4::bigint[]))
                       AS k(tenant, principal, id, token)
                    ON t.tenant = k.tenant AND t.principal = k.principal AND t.id = k.id
                  WHERE t.lease_token = k.token AND t.status IN ('working', 'input_required')
@@ -59,8 +63,9 @@ pub(crate) fn finish_batch<'a>(
                  "
                 + FINISH_COLUMNS
                 + r#"
-             FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bigint[], $5::text[],
-                         $6::jsonb[], $7::jsonb[], $8::text[]) WITH ORDINALITY
+             FROM unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::uuid[]),
+                         (SELECT $4::bigint[]), (SELECT $5::text[]), (SELECT $6::jsonb[]),
+                         (SELECT $7::jsonb[]), (SELECT $8::text[])) WITH ORDINALITY
                   AS u(tenant, principal, id, token, status, result, error, message, n)
              -- Evaluated once, before any row is read: every lock is held by then. The
              -- rows are then found by their key, not their ctid: one a heartbeat changed

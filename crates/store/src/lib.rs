@@ -64,6 +64,7 @@ mod storable;
 mod tenant_read;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod views;
 mod watch;
 mod workers;
 
@@ -315,6 +316,7 @@ pub(crate) struct Db {
 struct Batchers {
     creates: Arc<batch::Batcher<create::CreateRequest, create::CreateAnswer>>,
     finishes: Arc<batch::Batcher<finish::FinishRequest, bool>>,
+    views: Arc<batch::Batcher<views::ViewRequest, Option<record::ViewRow>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -404,6 +406,7 @@ impl Store {
                     skip_abandoned: true,
                     // One after another, so the in-flight limit stays exact.
                     retry_at_once: 1,
+                    linger: true,
                 },
             ),
             finishes: batch::Batcher::new(
@@ -416,6 +419,21 @@ impl Store {
                     skip_abandoned: false,
                     // A few at once: one stuck behind a locked row holds up no others.
                     retry_at_once: 4,
+                    linger: true,
+                },
+            ),
+            views: batch::Batcher::new(
+                pool.clone(),
+                batch::Kind {
+                    exec: views::read_batch,
+                    max: views::MAX_VIEW_BATCH,
+                    // Rows are read, not written: what a batch answers is bounded by
+                    // its count times the largest stored result.
+                    max_bytes: usize::MAX,
+                    // Nobody would read the answer.
+                    skip_abandoned: true,
+                    retry_at_once: 4,
+                    linger: false,
                 },
             ),
         });
@@ -482,6 +500,10 @@ impl Db {
 
     pub(crate) fn finishes(&self) -> &batch::Batcher<finish::FinishRequest, bool> {
         &self.batchers.finishes
+    }
+
+    pub(crate) fn views(&self) -> &batch::Batcher<views::ViewRequest, Option<record::ViewRow>> {
+        &self.batchers.views
     }
 
     pub(crate) fn pool(&self) -> &PgPool {

@@ -285,6 +285,8 @@ impl TryFrom<TaskRow> for TaskRecord {
 /// (`VIEW_COLUMNS` in `sql.rs`.)
 #[derive(Debug, Clone)]
 pub(crate) struct ViewRow {
+    /// Which request of its batch read it (1-based, `views.rs`).
+    pub(crate) n: i64,
     pub(crate) id: Uuid,
     pub(crate) status: String,
     pub(crate) status_message: Option<String>,

@@ -10,6 +10,7 @@
 
 mod attempt_history;
 mod attempts;
+mod batched_reads;
 mod bounds;
 mod console;
 mod durability;
