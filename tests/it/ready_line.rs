@@ -1,6 +1,7 @@
 //! The ready line (`--ready-line`, `MCP_TASKS_READY_LINE`): one JSON line on stdout once
 //! `serve`, `worker` or `dev` is up, saying where it listens; what the harnesses wait
-//! for instead of reading log text. Without it, nothing goes to stdout.
+//! for instead of reading log text. Without it, nothing goes to stdout. Also: a process
+//! runs on as many threads as `MCP_TASKS_THREADS` says.
 
 use std::time::Duration;
 
@@ -93,5 +94,44 @@ async fn without_the_flag_nothing_goes_to_stdout() {
         out.stdout.is_empty(),
         "stdout: {}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The runtime's worker threads (named `tokio-rt-worker`) in process `pid`.
+fn runtime_threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the process's threads")
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|name| name.trim_end() == "tokio-rt-worker")
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_runs_on_the_threads_it_is_given_and_refuses_none() {
+    let db = TestDb::new().await;
+    for (threads, expected) in [("1", 1), ("3", 3)] {
+        let replica = Proc::serve(&db.url, "conformance", &[("MCP_TASKS_THREADS", threads)]).await;
+        assert_eq!(
+            get_status(&format!("{}", replica.url().replace("/mcp", "/healthz"))).await,
+            200
+        );
+        assert_eq!(
+            runtime_threads(replica.pid()),
+            expected,
+            "MCP_TASKS_THREADS={threads}"
+        );
+    }
+    let refused = procs::output(
+        procs::mcp_tasks(&["serve", "--threads", "0"], &[("DATABASE_URL", &db.url)]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--threads"),
+        "{refused:?}"
     );
 }

@@ -336,6 +336,31 @@ pub(crate) async fn get(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         .request(0);
         from_outside(env, out, "get    c16  tasks/get, from wrk", &request, ours).await?;
+        // The same replica but for its threads: on two cores shared with PostgreSQL and
+        // the load, one thread hands no work to another (README, *Performance*).
+        if let Some((_replica, url)) = env
+            .service
+            .start_replica_with(&[
+                ("DATABASE_URL", &env.db.url),
+                ("MCP_TASKS_MAX_TASKS_IN_FLIGHT", "0"),
+                ("MCP_TASKS_THREADS", "1"),
+            ])
+            .await?
+        {
+            let one = Target::parse(&url)?;
+            let script = Arc::new(GetScript {
+                target: one.clone(),
+                id,
+            });
+            let run = load::drive(&one, 16, env.seconds(), None, script).await?;
+            writeln!(
+                out,
+                "get    c16  tasks/get, MCP_TASKS_THREADS=1 {}   {:.3}x the default{}",
+                figures(&run),
+                run.rate() / ours.rate().max(1e-9),
+                against_pgbench(&run, pg16.as_ref())
+            )?;
+        }
     }
     let large = large_result();
     let size = large.to_string().len();

@@ -62,6 +62,13 @@ pub struct Cli {
     /// Log format.
     #[arg(long, env = "MCP_TASKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
+
+    /// Threads that run requests and tasks (default: one per core). Where the process
+    /// shares its cores (with PostgreSQL, or several replicas on one machine), 1 costs
+    /// less CPU per request: threads hand work to each other with wake-ups. Scale out
+    /// with more processes instead (README, *Performance*).
+    #[arg(long, env = "MCP_TASKS_THREADS", global = true, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,10 +114,11 @@ impl App {
 
 fn main(app: &App) -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = cli.threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("mcp-tasks: cannot start the async runtime: {e}");
