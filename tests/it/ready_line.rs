@@ -115,7 +115,7 @@ async fn a_replica_runs_on_the_threads_it_is_given_and_refuses_none() {
     for (threads, expected) in [("1", 1), ("3", 3)] {
         let replica = Proc::serve(&db.url, "conformance", &[("MCP_TASKS_THREADS", threads)]).await;
         assert_eq!(
-            get_status(&format!("{}", replica.url().replace("/mcp", "/healthz"))).await,
+            get_status(&replica.url().replace("/mcp", "/healthz")).await,
             200
         );
         assert_eq!(
