@@ -285,12 +285,17 @@ pub(crate) async fn get_at(env: &Env, c: usize) -> anyhow::Result<(Run, Run)> {
 
 async fn get_of(env: &Env, id: uuid::Uuid, c: usize) -> anyhow::Result<(Run, Run)> {
     let raw = baseline::drive(&env.observed_url, c, env.seconds(), baseline::get(id)).await?;
+    let ours = gets(env, &env.target, id, c).await?;
+    Ok((ours, raw))
+}
+
+/// `c` clients getting task `id` from the replica at `target`.
+async fn gets(env: &Env, target: &Target, id: uuid::Uuid, c: usize) -> anyhow::Result<Run> {
     let script = Arc::new(GetScript {
-        target: env.target.clone(),
+        target: target.clone(),
         id,
     });
-    let ours = load::drive(&env.target, c, env.seconds(), None, script).await?;
-    Ok((ours, raw))
+    load::drive(target, c, env.seconds(), None, script).await
 }
 
 /// Gets of one completed task at each concurrency, beside the raw primary-key select.
@@ -347,12 +352,7 @@ pub(crate) async fn get(env: &Env, out: &mut dyn Write) -> anyhow::Result<()> {
             ])
             .await?
         {
-            let one = Target::parse(&url)?;
-            let script = Arc::new(GetScript {
-                target: one.clone(),
-                id,
-            });
-            let run = load::drive(&one, 16, env.seconds(), None, script).await?;
+            let run = gets(env, &Target::parse(&url)?, id, 16).await?;
             writeln!(
                 out,
                 "get    c16  tasks/get, MCP_TASKS_THREADS=1 {}   {:.3}x the default{}",

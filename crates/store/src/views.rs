@@ -10,6 +10,7 @@ use crate::batch::Answers;
 use crate::client_ops::missing;
 use crate::record::ViewRow;
 use crate::sql::checked;
+use crate::watch::columns;
 use crate::{DbResult, Lookup, Owner, ReplicaStore, Result, StoreError, TaskId};
 
 /// Most gets in one statement: the batch is answered as a whole, so one the size of a
@@ -17,10 +18,7 @@ use crate::{DbResult, Lookup, Owner, ReplicaStore, Result, StoreError, TaskId};
 pub(crate) const MAX_VIEW_BATCH: usize = 64;
 
 /// One `tasks/get`: the task, read only within its owner's keys.
-pub(crate) struct ViewRequest {
-    owner: Owner,
-    id: TaskId,
-}
+pub(crate) type ViewRequest = (Owner, TaskId);
 
 impl ReplicaStore {
     /// What `tasks/get` shows of a task: a primary-key read of only those columns, its
@@ -28,11 +26,7 @@ impl ReplicaStore {
     /// gets of its batch.
     #[tracing::instrument(name = "db.task.get_view", skip_all, err(level = "debug"))]
     pub async fn get_view(&self, owner: &Owner, id: TaskId) -> Result<Lookup<RawTaskView>> {
-        let request = ViewRequest {
-            owner: owner.clone(),
-            id,
-        };
-        match self.db.views().run(request, 0).await?.1 {
+        match self.db.views().run((owner.clone(), id), 0).await?.1 {
             Some(row) => Ok(Lookup::Found(row.try_into()?)),
             None => missing(self.db.pool(), owner, id).await,
         }
@@ -46,9 +40,7 @@ pub(crate) fn read_batch<'a>(
     batch: &'a [ViewRequest],
 ) -> Answers<'a, Option<ViewRow>> {
     Box::pin(async move {
-        let tenants: Vec<&str> = batch.iter().map(|r| r.owner.tenant.as_str()).collect();
-        let principals: Vec<&str> = batch.iter().map(|r| r.owner.principal.as_str()).collect();
-        let ids: Vec<_> = batch.iter().map(|r| r.id.0).collect();
+        let (tenants, principals, ids) = columns(batch);
         // A nested loop of primary-key probes, one per request; the ordinal says whose
         // row each is (two requests may read the same task). The arrays are passed
         // through scalar subqueries so that the planner cannot count them: given the

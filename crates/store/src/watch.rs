@@ -8,7 +8,7 @@ use crate::sql::checked;
 use crate::{DbResult, Owner, ReplicaStore, Result, TaskId, TaskRecord};
 
 /// Splits `(owner, id)` pairs into the three arrays `unnest` takes.
-fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
+pub(crate) fn columns(tasks: &[(Owner, TaskId)]) -> (Vec<&str>, Vec<&str>, Vec<Uuid>) {
     let tenants = tasks.iter().map(|(o, _)| o.tenant.as_str()).collect();
     let principals = tasks.iter().map(|(o, _)| o.principal.as_str()).collect();
     let ids = tasks.iter().map(|(_, id)| id.0).collect();

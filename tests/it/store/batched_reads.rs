@@ -6,22 +6,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use mcp_tasks_store::{Lookup, Owner, TaskId};
 use serde_json::json;
-use sqlx::PgPool;
 
-use super::alice;
+use super::{alice, lock_waiters, until_lock_waiters};
+use crate::harness::TestDb;
 use crate::harness::fixtures::{create, new_task};
-use crate::harness::{TestDb, eventually};
-
-/// How many of this database's backends wait for a lock.
-async fn lock_waiters(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("pg_stat_activity")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gets_that_queue_together_are_one_statement_and_each_sees_only_its_owners_task() {
@@ -63,10 +51,7 @@ async fn gets_that_queue_together_are_one_statement_and_each_sees_only_its_owner
     let first = replica.get_view(&owner, mine[0]);
     tokio::pin!(first);
     assert!(futures::poll!(&mut first).is_pending());
-    eventually(Duration::from_secs(20), "the first get waiting", || async {
-        (lock_waiters(pool).await >= 1).then_some(())
-    })
-    .await;
+    until_lock_waiters(pool, 1).await;
 
     // Each request with the answer it must get: its owner's task, another owner's task
     // (not found, as an id that never was), a task deleted (expired), an unknown id, and

@@ -11,32 +11,11 @@ use mcp_tasks_store::{
 };
 use mcp_tasks_wire::{ErrorObject, TaskStatus};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 
-use super::text_result;
+use super::{text_result, until_lock_waiters};
 use crate::harness::fixtures::{create, found, new_task};
 use crate::harness::http::Request;
-use crate::harness::{TestApp, TestDb, eventually, spec};
-
-/// Waits until `n` of this database's backends wait for a lock: a batch blocked behind
-/// the gate, so the requests sent after it queue for the next batch.
-async fn lock_waiters(pool: &PgPool, n: i64) {
-    eventually(
-        Duration::from_secs(20),
-        "a statement waiting for a lock",
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(pool)
-            .await
-            .expect("pg_stat_activity");
-            (waiting >= n).then_some(())
-        },
-    )
-    .await;
-}
+use crate::harness::{TestApp, TestDb, spec};
 
 /// A store of its own (another replica or worker) whose statements give up on a locked
 /// row after a second, so a test of lock timeouts does not take five.
@@ -74,7 +53,7 @@ async fn a_poisoned_create_fails_alone_and_its_batch_commits() {
     let gate_create = replica.create(&gate_owner, new_task("echo", json!({})), None);
     tokio::pin!(gate_create);
     assert!(futures::poll!(&mut gate_create).is_pending());
-    lock_waiters(&db.pool, 1).await;
+    until_lock_waiters(&db.pool, 1).await;
 
     // A client's `_meta` capabilities with a NUL escape in a key (copied into jsonb).
     let nul = NewTask {
@@ -184,7 +163,7 @@ async fn a_poisoned_finish_fails_alone_and_its_batch_commits() {
     let first = worker.finish(gate, &ok, Some("Completed"));
     tokio::pin!(first);
     assert!(futures::poll!(&mut first).is_pending());
-    lock_waiters(&db.pool, 1).await;
+    until_lock_waiters(&db.pool, 1).await;
     let rest = async {
         tokio::join!(
             join_all(goods[..25].iter().map(|l| worker.finish(l, &ok, None))),
@@ -329,7 +308,7 @@ async fn a_create_whose_caller_has_gone_is_not_inserted() {
         .expect("lock table");
     let first = replica.create(&owner, new_task("echo", json!({ "who": "first" })), None);
     let gone = async {
-        lock_waiters(&db.pool, 1).await;
+        until_lock_waiters(&db.pool, 1).await;
         // The caller gives up (its client disconnected) while its create waits for the
         // next batch.
         let abandoned = tokio::time::timeout(

@@ -13,30 +13,10 @@ use futures::future::join_all;
 use mcp_tasks_store::testing::{Seed, SeedState};
 use mcp_tasks_store::{Finish, Lease, Owner, PoolConfig, Store, TaskId};
 use serde_json::json;
-use sqlx::PgPool;
 
-use super::text_result;
+use super::{text_result, until_lock_waiters};
 use crate::harness::fixtures::{create, new_task};
 use crate::harness::{TestDb, eventually};
-
-async fn waiters(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("pg_stat_activity")
-}
-
-async fn until_waiting(pool: &PgPool, n: i64) {
-    eventually(
-        Duration::from_secs(20),
-        "statements waiting for locks",
-        || async { (waiters(pool).await >= n).then_some(()) },
-    )
-    .await;
-}
 
 /// Enough other rows that the planner reads the batch's rows by the primary key, one
 /// after another in the order given, as it does in production.
@@ -107,7 +87,7 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
     let first = finishes.finish(&gate_lease, &done, None);
     tokio::pin!(first);
     assert!(futures::poll!(&mut first).is_pending());
-    until_waiting(&db.pool, 1).await;
+    until_lock_waiters(&db.pool, 1).await;
     let batch = join_all(batch_leases.iter().map(|l| finishes.finish(l, &done, None)));
     tokio::pin!(batch);
     assert!(futures::poll!(&mut batch).is_pending());
@@ -115,7 +95,7 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
     let watch_marks = [b, x, a].map(|id| (owner.clone(), id));
     let watch = marks.watch(&watch_marks, 60_000);
     let release = async {
-        until_waiting(&db.pool, 2).await;
+        until_lock_waiters(&db.pool, 2).await;
         hold_gate.commit().await.expect("commit");
         // Once the gate's batch is done, the next one takes `a` and waits for `y`.
         eventually(Duration::from_secs(20), "the gate's finish", || async {
@@ -127,7 +107,7 @@ async fn a_finish_batch_and_watch_marks_sharing_rows_do_not_deadlock() {
             (status == "completed").then_some(())
         })
         .await;
-        until_waiting(&db.pool, 2).await;
+        until_lock_waiters(&db.pool, 2).await;
         hold_x.commit().await.expect("commit");
         tokio::time::sleep(Duration::from_millis(200)).await;
         hold_y.commit().await.expect("commit");
@@ -179,11 +159,11 @@ async fn two_replicas_watch_marks_sharing_rows_do_not_deadlock() {
     let replica = db.store.replica();
     let first = replica.watch(&one, 60_000);
     let second = async {
-        until_waiting(&db.pool, 1).await;
+        until_lock_waiters(&db.pool, 1).await;
         second_replica.watch(&two, 60_000).await
     };
     let release = async {
-        until_waiting(&db.pool, 2).await;
+        until_lock_waiters(&db.pool, 2).await;
         hold_x.commit().await.expect("commit");
         tokio::time::sleep(Duration::from_millis(200)).await;
         hold_y.commit().await.expect("commit");

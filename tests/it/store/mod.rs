@@ -32,8 +32,13 @@ mod statistics;
 mod tombstones;
 mod workers;
 
+use std::time::Duration;
+
 use mcp_tasks_store::Owner;
 use mcp_tasks_tools::validate_input_response;
+use sqlx::PgPool;
+
+use crate::harness::eventually;
 use serde_json::{Map, Value, json};
 
 pub(super) fn alice() -> Owner {
@@ -79,4 +84,26 @@ pub(super) fn sorted(keys: impl IntoIterator<Item = impl Into<String>>) -> Vec<S
 
 pub(super) fn micros(d: time::Duration) -> i128 {
     d.whole_microseconds()
+}
+
+/// How many of this database's backends wait for a lock.
+pub(super) async fn lock_waiters(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("pg_stat_activity")
+}
+
+/// Waits until `n` of this database's backends wait for a lock: statements blocked
+/// behind a gate the test holds.
+pub(super) async fn until_lock_waiters(pool: &PgPool, n: i64) {
+    eventually(
+        Duration::from_secs(20),
+        "statements waiting for locks",
+        || async { (lock_waiters(pool).await >= n).then_some(()) },
+    )
+    .await;
 }
