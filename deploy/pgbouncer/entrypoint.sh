@@ -10,7 +10,7 @@ dir=/var/lib/pgbouncer
 printf '"%s" "%s"\n' "$PGBOUNCER_USER" "$PGBOUNCER_PASSWORD" > "$dir/users.txt"
 cat > "$dir/pgbouncer.ini" <<INI
 [databases]
-$PGBOUNCER_DATABASE = host=$PGBOUNCER_HOSTS port=5432 dbname=$PGBOUNCER_DATABASE load_balance_hosts=disable connect_query='SET synchronous_commit = on'
+$PGBOUNCER_DATABASE = host=$PGBOUNCER_HOSTS port=5432 dbname=$PGBOUNCER_DATABASE load_balance_hosts=disable connect_query='SET synchronous_commit = on; SET jit = off'
 
 [pgbouncer]
 listen_addr = 0.0.0.0

@@ -48,6 +48,7 @@ async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
         budget.synchronous_commit, "on",
         "the pooler's connect_query"
     );
+    assert_eq!(budget.jit, "off", "the pooler's connect_query");
     store.close().await;
 
     let env = [("MCP_TASKS_DIRECT_DATABASE_URL", db.url())];

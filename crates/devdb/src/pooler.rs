@@ -112,7 +112,7 @@ impl DevPooler {
             &ini,
             format!(
                 "[databases]
-{database} = host={upstream_host} port={upstream} dbname={database} connect_query='SET synchronous_commit = on'
+{database} = host={upstream_host} port={upstream} dbname={database} connect_query='SET synchronous_commit = on; SET jit = off'
 
 [pgbouncer]
 listen_addr = 127.0.0.1

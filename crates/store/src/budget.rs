@@ -17,6 +17,9 @@ pub struct ConnectionBudget {
     /// lose acknowledged tasks in a crash (behind a pooler, its `connect_query` or the
     /// role sets it, not this process).
     pub synchronous_commit: String,
+    /// `jit` as the pooled connections find it: on, a claim at a million queued tasks
+    /// spends some 40 ms compiling itself (see [`crate::Store::connect`]).
+    pub jit: String,
     /// `max_connections` less `superuser_reserved_connections`.
     pub server_allows: i64,
     /// Connections open on the server now (every database and role), this process's
@@ -41,7 +44,8 @@ impl Store {
                         - current_setting('superuser_reserved_connections')::int8 AS "allows!",
                       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
                         AS "in_use!",
-                      current_setting('synchronous_commit') AS "synchronous_commit!""#
+                      current_setting('synchronous_commit') AS "synchronous_commit!",
+                      current_setting('jit') AS "jit!""#
         )
         .fetch_one(self.db.pool())
         .await
@@ -56,6 +60,7 @@ impl Store {
             this_process: pooled.saturating_add(long_lived),
             behind_pooler,
             synchronous_commit: row.synchronous_commit,
+            jit: row.jit,
             server_allows: row.allows,
             in_use: row.in_use,
         })

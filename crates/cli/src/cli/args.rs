@@ -167,6 +167,12 @@ pub(super) async fn check_connection_budget(store: &Store, long_lived: u32) {
             "synchronous_commit is not on for this process's pooled connections: a task handle, answer or result acknowledged just before a crash can be lost; set it on in the pooler's connect_query or on the role (README: Behind a pooler)"
         );
     }
+    if b.jit != "off" {
+        tracing::warn!(
+            jit = %b.jit,
+            "jit is not off for this process's pooled connections: with a large queue, each claim can spend tens of milliseconds compiling itself; set it off in the pooler's connect_query or on the role (README: Behind a pooler)"
+        );
+    }
     if b.fits() {
         tracing::info!(
             this_process = b.this_process,

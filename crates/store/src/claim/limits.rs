@@ -243,7 +243,7 @@ macro_rules! limited_tail {
     candidates AS MATERIALIZED (
         SELECT p.* FROM pool p JOIN fits f ON f.c_id = p.c_id
         ORDER BY p.c_key
-        LIMIT $2
+        LIMIT (SELECT $2::int8)
     ),
     -- The tokens the admitted tasks spend.
     spent AS (
@@ -264,7 +264,12 @@ macro_rules! limited_tail {
 /// The claim with limits (after the advisory lock; see the module), any tool.
 pub(super) const CLAIM_LIMITED: &str = concat!(
     limited_head!(),
-    queue_any_tool!("pool", pool_columns!(), not_blocked!(), "4 * $2"),
+    queue_any_tool!(
+        "pool",
+        pool_columns!(),
+        not_blocked!(),
+        "(SELECT 4 * $2::int8)"
+    ),
     limited_tail!()
 );
 
@@ -282,7 +287,7 @@ pub(super) const CLAIM_LIMITED_BY_TOOL: &str = concat!(
               OR (x.kind = 'group' AND x.a = (SELECT grp FROM tool_groups WHERE tool = u.tool)))
          ) AS f",
         not_blocked!(),
-        "4 * $2"
+        "(SELECT 4 * $2::int8)"
     ),
     limited_tail!()
 );
