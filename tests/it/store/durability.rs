@@ -6,19 +6,25 @@ use sqlx::Connection;
 
 use crate::harness::TestDb;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_store_commits_synchronously_when_the_database_default_is_off() {
-    let db = TestDb::new().await;
+/// Sets a default of the test's database (`setting = value`), which every new session
+/// takes unless it sets its own.
+async fn set_database_default(db: &TestDb, assignment: &str) {
     let name: String = sqlx::query_scalar("SELECT current_database()")
         .fetch_one(&db.pool)
         .await
         .expect("name");
     sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET synchronous_commit = off"
+        "ALTER DATABASE {name} SET {assignment}"
     )))
     .execute(&db.pool)
     .await
     .expect("alter database");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_commits_synchronously_when_the_database_default_is_off() {
+    let db = TestDb::new().await;
+    set_database_default(&db, "synchronous_commit = off").await;
 
     // A session of anyone else takes the database's default ...
     let mut plain = sqlx::PgConnection::connect(&db.url).await.expect("connect");
@@ -49,16 +55,7 @@ async fn the_store_commits_synchronously_when_the_database_default_is_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_runs_without_jit_whatever_the_server_default() {
     let db = TestDb::new().await;
-    let name: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&db.pool)
-        .await
-        .expect("name");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET jit = on"
-    )))
-    .execute(&db.pool)
-    .await
-    .expect("alter database");
+    set_database_default(&db, "jit = on").await;
 
     let store = Store::connect(&db.url, &PoolConfig::default())
         .await
