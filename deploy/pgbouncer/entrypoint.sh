@@ -1,16 +1,18 @@
 #!/bin/sh
 # Writes pgbouncer.ini from the environment and runs PgBouncer in transaction mode:
-#   PGBOUNCER_HOSTS     the servers, in order (a standby after its primary): the same
-#                       one is used until a connection to it fails, then the next
+#   PGBOUNCER_HOST      the server: one address that leads to the primary (the ha
+#                       profile's pg-router). Not a list of servers: PgBouncer keeps to
+#                       one until a connection to it fails, then takes the next, a
+#                       standby as readily as a primary.
 #   PGBOUNCER_DATABASE, PGBOUNCER_USER, PGBOUNCER_PASSWORD
-# Server connections are made with synchronous_commit = on (the service's startup
-# settings cannot pass a pooler) and prepared statements are carried across them.
+# Server connections are made with synchronous_commit = on and jit = off (the service's
+# startup settings cannot pass a pooler) and prepared statements are carried across them.
 set -eu
 dir=/var/lib/pgbouncer
 printf '"%s" "%s"\n' "$PGBOUNCER_USER" "$PGBOUNCER_PASSWORD" > "$dir/users.txt"
 cat > "$dir/pgbouncer.ini" <<INI
 [databases]
-$PGBOUNCER_DATABASE = host=$PGBOUNCER_HOSTS port=5432 dbname=$PGBOUNCER_DATABASE load_balance_hosts=disable connect_query='SET synchronous_commit = on; SET jit = off'
+$PGBOUNCER_DATABASE = host=$PGBOUNCER_HOST port=5432 dbname=$PGBOUNCER_DATABASE connect_query='SET synchronous_commit = on; SET jit = off'
 
 [pgbouncer]
 listen_addr = 0.0.0.0

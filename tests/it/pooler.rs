@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use mcp_tasks_client::{Client, status_of};
 use mcp_tasks_devdb::DevDatabase;
-use mcp_tasks_store::{PoolConfig, Store};
+use mcp_tasks_store::{Owner, PoolConfig, Store};
 use mcp_tasks_wire::secret::Secret;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
+use crate::harness::fixtures::new_task;
 use crate::harness::procs::Proc;
 use crate::harness::{Need, eventually, last_status, skip};
 
@@ -129,5 +130,86 @@ async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
     .await;
     drop(worker);
     drop(replica);
+    drop(pooler);
+}
+
+/// A pooler's server connections can lead to a server that refuses writes (a standby it
+/// moved to, or a primary being demoted) while the service's own connections to the
+/// pooler stay open and were never refused. The write fails with SQLSTATE 25006, which
+/// is a database not reachable for writes yet: "try again later" (503 and Retry-After),
+/// as in the rest of a failover, not an internal error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_pooler_hands_to_a_read_only_server_is_try_again_later() {
+    if skip(Need::Pooler).await {
+        return;
+    }
+    let (db, pooler) = tokio::task::spawn_blocking(|| {
+        let db = DevDatabase::start().expect("a cluster");
+        let pooler = db.pooler().expect("pgbouncer in front of it");
+        (db, pooler)
+    })
+    .await
+    .expect("join");
+    let direct = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy(db.url())
+        .expect("pool");
+    // The store's statements go through the pooler, so none of its connections hears
+    // what happens to the server's sessions behind it (the direct URL takes only the
+    // migrations here: no LISTEN, no duty).
+    let store = Store::connect(
+        pooler.url(),
+        &PoolConfig {
+            direct_url: Some(db.url().parse().expect("url")),
+            ..PoolConfig::default()
+        },
+    )
+    .await
+    .expect("connect");
+    store.migrate().await.expect("migrate");
+    let owner = Owner::new("tenant", "someone");
+    store
+        .replica()
+        .create(&owner, new_task("echo", json!({})), None)
+        .await
+        .expect("a create on a writable server");
+
+    // From now on the server's new sessions are read-only, and the pooler's server
+    // connections are new ones.
+    for statement in [
+        "ALTER DATABASE postgres SET default_transaction_read_only = on",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = 'postgres' AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    ] {
+        sqlx::query(statement)
+            .execute(&direct)
+            .await
+            .expect(statement);
+    }
+    eventually(WAIT, "the pooler's server connections to end", || async {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = 'postgres' AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&direct)
+        .await
+        .ok()?;
+        (left == 0).then_some(())
+    })
+    .await;
+    // PgBouncer reads each ended connection's last message as it comes; a statement sent
+    // before it did would get "terminating connection" instead of reaching a new one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = store
+        .replica()
+        .create(&owner, new_task("echo", json!({})), None)
+        .await
+        .expect_err("a write on a read-only server");
+    assert!(
+        refused.to_string().contains("read-only transaction"),
+        "the write reached the read-only server: {refused}"
+    );
+    assert!(refused.is_unavailable(), "{refused}");
+    store.close().await;
     drop(pooler);
 }

@@ -218,10 +218,16 @@ fn unreachable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_) => true,
-        // Connection exceptions (08), too many connections (53300), and the server
-        // shutting down, restarting or not accepting yet (57P01..57P03).
+        // Connection exceptions (08), too many connections (53300), the server shutting
+        // down, restarting or not accepting yet (57P01..57P03), and a write refused by a
+        // read-only server (25006: a demoted primary, or a standby a pooler or proxy
+        // still leads to). Nothing was written, and the primary is a retry away.
         sqlx::Error::Database(e) => e.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(code.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+            code.starts_with("08")
+                || matches!(
+                    code.as_ref(),
+                    "25006" | "53300" | "57P01" | "57P02" | "57P03"
+                )
         }),
         _ => false,
     }
