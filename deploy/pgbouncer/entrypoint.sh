@@ -25,5 +25,8 @@ default_pool_size = 20
 max_prepared_statements = 200
 ignore_startup_parameters = extra_float_digits
 server_login_retry = 1
+# While no server takes writes (a failover), a statement waits this long for one, then
+# fails (08P01: the service answers 503); the default, 120 s, outlasts any HTTP client.
+query_wait_timeout = 10
 INI
 exec /opt/pgbouncer/bin/pgbouncer "$dir/pgbouncer.ini"
