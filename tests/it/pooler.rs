@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mcp_tasks_client::{Client, status_of};
-use mcp_tasks_devdb::DevDatabase;
+use mcp_tasks_devdb::{DevDatabase, DevPooler};
 use mcp_tasks_store::{Owner, PoolConfig, Store};
 use mcp_tasks_wire::secret::Secret;
 use serde_json::json;
@@ -17,22 +17,22 @@ use crate::harness::{Need, eventually, last_status, skip};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
-    if skip(Need::Pooler).await {
-        return;
-    }
-    let (db, pooler) = tokio::task::spawn_blocking(|| {
+/// A throwaway cluster and PgBouncer in transaction mode in front of it.
+async fn cluster_behind_a_pooler() -> (DevDatabase, DevPooler) {
+    tokio::task::spawn_blocking(|| {
         let db = DevDatabase::start().expect("a cluster");
         let pooler = db.pooler().expect("pgbouncer in front of it");
         (db, pooler)
     })
     .await
-    .expect("join");
+    .expect("join")
+}
 
-    // Migrations take a session lock: through the direct URL.
+/// A store as a fleet behind the pooler runs: its pools through the pooler, what needs a
+/// session (LISTEN, the duty, migrations) straight to the cluster.
+async fn store_behind(db: &DevDatabase, pooler: &DevPooler) -> Store {
     let direct: Secret = db.url().parse().expect("url");
-    let store = Store::connect(
+    Store::connect(
         pooler.url(),
         &PoolConfig {
             direct_url: Some(direct),
@@ -40,7 +40,18 @@ async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
         },
     )
     .await
-    .expect("connect");
+    .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_run_answer_and_push_through_a_transaction_pooler() {
+    if skip(Need::Pooler).await {
+        return;
+    }
+    let (db, pooler) = cluster_behind_a_pooler().await;
+
+    // Migrations take a session lock: through the direct URL.
+    let store = store_behind(&db, &pooler).await;
     store.migrate().await.expect("migrate behind the pooler");
     let budget = store.connection_budget(2).await.expect("budget");
     assert!(budget.behind_pooler);
@@ -143,13 +154,7 @@ async fn a_write_the_pooler_hands_to_a_read_only_server_is_try_again_later() {
     if skip(Need::Pooler).await {
         return;
     }
-    let (db, pooler) = tokio::task::spawn_blocking(|| {
-        let db = DevDatabase::start().expect("a cluster");
-        let pooler = db.pooler().expect("pgbouncer in front of it");
-        (db, pooler)
-    })
-    .await
-    .expect("join");
+    let (db, pooler) = cluster_behind_a_pooler().await;
     let direct = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy(db.url())
@@ -157,15 +162,7 @@ async fn a_write_the_pooler_hands_to_a_read_only_server_is_try_again_later() {
     // The store's statements go through the pooler, so none of its connections hears
     // what happens to the server's sessions behind it (the direct URL takes only the
     // migrations here: no LISTEN, no duty).
-    let store = Store::connect(
-        pooler.url(),
-        &PoolConfig {
-            direct_url: Some(db.url().parse().expect("url")),
-            ..PoolConfig::default()
-        },
-    )
-    .await
-    .expect("connect");
+    let store = store_behind(&db, &pooler).await;
     store.migrate().await.expect("migrate");
     let owner = Owner::new("tenant", "someone");
     store
@@ -176,24 +173,25 @@ async fn a_write_the_pooler_hands_to_a_read_only_server_is_try_again_later() {
 
     // From now on the server's new sessions are read-only, and the pooler's server
     // connections are new ones.
+    // The server's sessions other than this test's own: the pooler's server connections
+    // (and the direct one the migrations used).
+    const OTHERS: &str = "FROM pg_stat_activity WHERE datname = 'postgres' \
+        AND backend_type = 'client backend' AND pid <> pg_backend_pid()";
     for statement in [
-        "ALTER DATABASE postgres SET default_transaction_read_only = on",
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = 'postgres' AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        "ALTER DATABASE postgres SET default_transaction_read_only = on".to_owned(),
+        format!("SELECT pg_terminate_backend(pid) {OTHERS}"),
     ] {
-        sqlx::query(statement)
+        sqlx::query(sqlx::AssertSqlSafe(statement.clone()))
             .execute(&direct)
             .await
-            .expect(statement);
+            .expect(&statement);
     }
     eventually(WAIT, "the pooler's server connections to end", || async {
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = 'postgres' AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
-        )
-        .fetch_one(&direct)
-        .await
-        .ok()?;
+        let left: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) {OTHERS}")))
+                .fetch_one(&direct)
+                .await
+                .ok()?;
         (left == 0).then_some(())
     })
     .await;
