@@ -226,7 +226,10 @@ async fn crashed_in_process_worker_is_replaced() {
     let config = |id: &str| {
         let mut c = worker_config();
         c.worker_id = id.into();
-        c.lease = Duration::from_secs(1);
+        // Short, so the dead worker's lease lapses soon, but not 1 s: on a loaded machine
+        // (CI's lanes side by side) the replacement's heartbeats then came late, its run
+        // was stopped as the lease ran short and given back, and claimed once more.
+        c.lease = Duration::from_secs(3);
         c
     };
     let task = create(
